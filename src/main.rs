@@ -1,0 +1,2 @@
+//! wharf: parse the command line, start logging, dispatch.
+fn main() {}
