@@ -1,1 +1,25 @@
-//! wharf-cache
+//! The proxy's response cache: what is stored, how it is bounded, and how
+//! an origin response being fetched right now is shared with every reader.
+//!
+//! - [`MemoryCache`] holds committed responses, bounded in bytes (not
+//!   entries), evicting with quick_cache's CLOCK-Pro policy and expiring by
+//!   each entry's own TTL.
+//! - [`Fill`] is one origin body in flight: a [`FillWriter`] appends chunks as
+//!   they arrive and any number of [`FillReader`]s stream them from the first
+//!   byte. A fill either ends complete (and may then be committed) or failed,
+//!   and every reader sees which: a failed fill never looks like a clean end.
+//! - [`FillRegistry`] finds the fill in progress for a key, so concurrent
+//!   misses coalesce onto one origin request.
+//!
+//! Fetching, header policy and the decision whether a response may be
+//! cached are the proxy's job; this crate only stores and shares bytes.
+
+mod entry;
+mod fill;
+mod memory;
+mod registry;
+
+pub use entry::{CachedResponse, ResponseHead};
+pub use fill::{Abandoned, Fill, FillFailure, FillReader, FillWriter, PushOutcome, UNSHARED_WINDOW};
+pub use memory::MemoryCache;
+pub use registry::{FillRegistry, Joined};
