@@ -1,0 +1,60 @@
+//! Built-in defaults and limits: the values used when a key is left out, and the ranges keys
+//! must stay in. Durations and sizes are spelled as in the file so that error messages can
+//! quote them (`(e.g. "1d")`); src/default.toml and docs/configuration.md repeat these values
+//! and a test keeps the former in step.
+
+/// `server.listen`.
+pub(crate) const LISTEN: &str = "127.0.0.1:8080";
+/// `server.admin_listen`.
+pub(crate) const ADMIN_LISTEN: &str = "127.0.0.1:9901";
+/// `server.max_connections`.
+pub(crate) const MAX_CONNECTIONS: u64 = 10_000;
+/// `server.header_read_timeout`.
+pub(crate) const HEADER_READ_TIMEOUT: &str = "10s";
+/// `server.max_header_bytes`.
+pub(crate) const MAX_HEADER_BYTES: &str = "64KiB";
+/// `server.idle_timeout`.
+pub(crate) const IDLE_TIMEOUT: &str = "60s";
+/// `server.shutdown_timeout`.
+pub(crate) const SHUTDOWN_TIMEOUT: &str = "30s";
+
+/// `queue_timeout`, every service type.
+pub(crate) const QUEUE_TIMEOUT: &str = "5s";
+/// `max_concurrent_calls` of a proxy.
+pub(crate) const PROXY_MAX_CONCURRENT_CALLS: u64 = 4096;
+/// `max_queued_calls` of a proxy.
+pub(crate) const PROXY_MAX_QUEUED_CALLS: u64 = 1024;
+/// `max_concurrent_calls` of a route.
+pub(crate) const ROUTE_MAX_CONCURRENT_CALLS: u64 = 256;
+/// `max_queued_calls` of a route.
+pub(crate) const ROUTE_MAX_QUEUED_CALLS: u64 = 64;
+
+/// Proxy `cache_max_bytes`.
+pub(crate) const CACHE_MAX_BYTES: &str = "256MiB";
+/// Proxy `max_object_bytes`.
+pub(crate) const MAX_OBJECT_BYTES: &str = "64MiB";
+/// Proxy `max_ttl`.
+pub(crate) const MAX_TTL: &str = "1d";
+/// Proxy `connect_timeout`.
+pub(crate) const CONNECT_TIMEOUT: &str = "5s";
+/// Proxy `first_byte_timeout`.
+pub(crate) const FIRST_BYTE_TIMEOUT: &str = "30s";
+/// Proxy `total_timeout`.
+pub(crate) const TOTAL_TIMEOUT: &str = "300s";
+
+/// Route `timeout`.
+pub(crate) const ROUTE_TIMEOUT: &str = "10s";
+/// Route `retries`.
+pub(crate) const RETRIES: u64 = 1;
+
+/// Largest `retries`.
+pub(crate) const MAX_RETRIES: u64 = 10;
+/// Largest connection, call and queue count: far beyond one host's reach, far below the
+/// point where semaphores and counters overflow.
+pub(crate) const MAX_COUNT: u64 = 1_000_000;
+/// Longest duration: keeps `Instant + duration` from overflowing anywhere.
+pub(crate) const MAX_DURATION: &str = "365d";
+/// Smallest `max_header_bytes`: hyper's minimum read buffer (it panics below 8192).
+pub(crate) const MIN_HEADER_BYTES: &str = "8KiB";
+/// Largest `max_header_bytes`.
+pub(crate) const MAX_HEADER_BYTES_LIMIT: &str = "16MiB";

@@ -1,0 +1,197 @@
+//! The validated configuration: what the host and the services are built from.
+//!
+//! Every value here has been parsed into its unit, defaulted and range-checked, so users of
+//! these types never re-validate. Field docs give the TOML key, its unit, its default and what
+//! happens at the limit; docs/configuration.md is the same reference for operators.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method};
+use url::Url;
+
+/// The `[server]` table: listeners, sessions and request-head limits, shared by all services.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// `listen`: address of the service listener. Default `127.0.0.1:8080`. Port 0 asks the
+    /// OS for a free port.
+    pub listen: SocketAddr,
+    /// `admin_listen`: address of the admin listener (`/metrics`, `/healthz`, `/readyz`,
+    /// `/debug/inflight`). Default `127.0.0.1:9901`. Must differ from `listen` unless one of
+    /// them uses port 0.
+    pub admin_listen: SocketAddr,
+    /// `max_connections`: client connections (sessions) open at once on `listen`; the admin
+    /// listener is not counted. Default 10000, range 1..=1000000. At the limit new connections
+    /// wait (are not accepted) until one closes, or are refused.
+    pub max_connections: usize,
+    /// `header_read_timeout`: time allowed to receive a complete request head (slowloris
+    /// guard). Default 10s, must be > 0. When it passes the connection is closed.
+    pub header_read_timeout: Duration,
+    /// `max_header_bytes`: largest request head (request line plus headers), in bytes.
+    /// Default 64KiB, range 8KiB..=16MiB (8KiB is hyper's smallest read buffer). A larger head
+    /// gets 431.
+    pub max_header_bytes: usize,
+    /// `idle_timeout`: how long a keep-alive client connection may sit idle between requests.
+    /// Default 60s, must be > 0. When it passes the connection is closed.
+    pub idle_timeout: Duration,
+    /// `shutdown_timeout`: on SIGTERM/SIGINT, how long in-flight calls may run before being
+    /// cut. Default 30s; 0 cuts them at once. The process exits 0 either way and logs how many
+    /// calls were cut.
+    pub shutdown_timeout: Duration,
+}
+
+/// One `[services.NAME]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// The table name: letters, digits, `-` and `_`. Used as the `service` label on metrics
+    /// and in traces.
+    pub name: String,
+    /// The service's bulkhead.
+    pub limits: LimitsConfig,
+    /// The `type` and its keys.
+    pub kind: ServiceKind,
+}
+
+impl ServiceConfig {
+    /// The `type` as written in the file: `"proxy"` or `"route"`.
+    pub fn type_name(&self) -> &'static str {
+        self.kind.type_name()
+    }
+}
+
+/// A service's bulkhead: keys common to every service type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsConfig {
+    /// `max_concurrent_calls`: calls of this service being processed at once. Default 4096
+    /// for a proxy, 256 for a route; range 1..=1000000. At the limit further calls queue.
+    pub max_concurrent_calls: usize,
+    /// `max_queued_calls`: calls waiting for a slot. Default 1024 for a proxy, 64 for a route;
+    /// range 0..=1000000. When the queue is full a call gets 503 at once; 0 means no queue.
+    pub max_queued_calls: usize,
+    /// `queue_timeout`: longest wait in the queue. Default 5s, must be > 0. A call queued for
+    /// longer gets 503.
+    pub queue_timeout: Duration,
+}
+
+/// What a service does, chosen by its `type` key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// `type = "proxy"`: the caching URL proxy.
+    Proxy(ProxyConfig),
+    /// `type = "route"`: forwards matching requests to backends.
+    Route(RouteConfig),
+}
+
+impl ServiceKind {
+    /// The `type` as written in the file: `"proxy"` or `"route"`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ServiceKind::Proxy(_) => "proxy",
+            ServiceKind::Route(_) => "route",
+        }
+    }
+}
+
+/// A `type = "proxy"` service: `GET {path}?url=...&cacheDuration=...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// `path`: the exact request path served. Required; starts with `/`, no query, no
+    /// trailing `/` (unless it is `/`). Unique among all services' `path`/`path_prefix`.
+    pub path: String,
+    /// `cache_max_bytes`: memory-cache bound, in body bytes. Default 256MiB. Entries are evicted to
+    /// stay under it; 0 disables caching (then `max_object_bytes` must
+    /// be 0 too).
+    pub cache_max_bytes: u64,
+    /// `max_object_bytes`: largest body that is cached, in bytes. Default 64MiB, at most
+    /// `cache_max_bytes`. Larger bodies are streamed to the client and never cached.
+    pub max_object_bytes: u64,
+    /// `max_ttl`: cap on `cacheDuration`. Default 1d, range 1s..=365d. An entry lives
+    /// min(cacheDuration, max_ttl).
+    pub max_ttl: Duration,
+    /// `allow_private_networks`: when false (the default), loopback, private, link-local,
+    /// unique-local, multicast, unspecified, broadcast, CGNAT and documentation destinations
+    /// (and `localhost`) are refused with 403.
+    pub allow_private_networks: bool,
+    /// `allow_hosts`: when non-empty, only these destinations may be fetched; others get 403.
+    /// Each is `host` (any port) or `host:port`, normalised as a URL host is (lowercase,
+    /// punycode, IPv4 in dotted decimal, IPv6 in brackets), so it compares with
+    /// [`url::Url::host_str`] and [`url::Url::port_or_known_default`]. Default empty: any
+    /// host that passes the private-network check.
+    pub allow_hosts: Vec<String>,
+    /// `connect_timeout`: TCP (and TLS) connect to the origin. Default 5s, must be > 0.
+    /// When it passes: 504.
+    pub connect_timeout: Duration,
+    /// `first_byte_timeout`: from request sent to the origin's response head. Default 30s,
+    /// must be > 0. When it passes: 504.
+    pub first_byte_timeout: Duration,
+    /// `total_timeout`: the whole origin exchange, body included. Default 300s, must be > 0.
+    /// When it passes mid-body the client sees a truncated response and nothing is cached.
+    pub total_timeout: Duration,
+}
+
+/// A `type = "route"` service: matching requests go to `backends`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// `path_prefix`: requests whose path starts with this, on whole segments (`/orders`
+    /// matches `/orders` and `/orders/1`, not `/ordersx`). Required; starts with `/`, no
+    /// query, no trailing `/` (unless it is `/`). Unique among all services.
+    pub path_prefix: String,
+    /// `strip_prefix`: remove `path_prefix` from the forwarded path (`/orders/1` → `/1`,
+    /// `/orders` → `/`). Default false: the path is forwarded unchanged.
+    pub strip_prefix: bool,
+    /// `methods`: the methods matched, uppercased. Default empty: any method.
+    pub methods: Vec<Method>,
+    /// `match_headers`: headers that must all be present with exactly these values (names are
+    /// case-insensitive, stored lowercase). Default empty: no header condition.
+    pub match_headers: Vec<(HeaderName, HeaderValue)>,
+    /// `backends`: where calls go. Required, non-empty, no duplicates. Each is
+    /// `http://host[:port]` or `https://host[:port]` (a trailing `/` at most; no path, query,
+    /// fragment or credentials) or `unix:/absolute/socket/path`.
+    pub backends: Vec<Url>,
+    /// `strategy`: how a backend is picked. Default [`Strategy::Failover`].
+    pub strategy: Strategy,
+    /// `set_headers`: request headers set before forwarding, replacing any value the client
+    /// sent. Default empty. Framing and hop-by-hop headers (`connection`, `content-length`,
+    /// `transfer-encoding`, `te`, `trailer`, `upgrade`, `keep-alive`, `proxy-connection`) are
+    /// refused.
+    pub set_headers: Vec<(HeaderName, HeaderValue)>,
+    /// `remove_headers`: request headers removed before forwarding. Default empty. The same
+    /// framing and hop-by-hop headers as for `set_headers` are refused, as is a name also in
+    /// `set_headers`.
+    pub remove_headers: Vec<HeaderName>,
+    /// `timeout`: from request sent until the backend's response head. Default 10s, must be
+    /// greater than 0. When it passes the attempt fails (retried if allowed), finally 504.
+    pub timeout: Duration,
+    /// `retries`: further attempts after a failed one; only for idempotent
+    /// methods or when no byte was sent upstream. Default 1, range 0..=10.
+    pub retries: u32,
+}
+
+/// How a route picks a backend (`strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// `"failover"`: the first healthy backend in list order; the rest are backups.
+    Failover,
+    /// `"round_robin"`: healthy backends in turn.
+    RoundRobin,
+    /// `"least_outstanding"`: the healthy backend with the fewest calls in flight.
+    LeastOutstanding,
+}
+
+impl Strategy {
+    /// Every strategy, in the order error messages list them.
+    pub const ALL: [Strategy; 3] = [
+        Strategy::Failover,
+        Strategy::RoundRobin,
+        Strategy::LeastOutstanding,
+    ];
+
+    /// The spelling in the config file (`"round_robin"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Failover => "failover",
+            Strategy::RoundRobin => "round_robin",
+            Strategy::LeastOutstanding => "least_outstanding",
+        }
+    }
+}

@@ -1,0 +1,601 @@
+//! Tests of the whole pipeline: TOML text to `Config` or `ConfigError`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method};
+
+use crate::*;
+
+/// The problems of a config that must be refused, one `Display` line each.
+fn problems(text: &str) -> Vec<String> {
+    match Config::from_toml_str(text, "wharf.toml") {
+        Ok(config) => panic!("expected errors, got {config:#?}"),
+        Err(err) => err.to_string().lines().map(str::to_owned).collect(),
+    }
+}
+
+/// The single problem of a config that must be refused.
+fn problem(text: &str) -> String {
+    let mut all = problems(text);
+    assert_eq!(all.len(), 1, "expected one problem, got {all:#?}");
+    all.remove(0)
+}
+
+fn ok(text: &str) -> Config {
+    Config::from_toml_str(text, "wharf.toml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn proxy(config: &Config, name: &str) -> ProxyConfig {
+    match &config.service(name).expect("service exists").kind {
+        ServiceKind::Proxy(p) => p.clone(),
+        other => panic!("{name} is not a proxy: {other:?}"),
+    }
+}
+
+fn route(config: &Config, name: &str) -> RouteConfig {
+    match &config.service(name).expect("service exists").kind {
+        ServiceKind::Route(r) => r.clone(),
+        other => panic!("{name} is not a route: {other:?}"),
+    }
+}
+
+const MINIMAL_ROUTE: &str = r#"
+[services.orders]
+type = "route"
+path_prefix = "/orders"
+backends = ["http://127.0.0.1:7001"]
+"#;
+
+#[test]
+fn embedded_default_is_the_spec_default() {
+    let config = Config::embedded_default();
+    assert_eq!(config.origin, "<embedded default>");
+    assert_eq!(
+        config.server.listen,
+        "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(
+        config.server.admin_listen,
+        "127.0.0.1:9901".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(config.services.len(), 1);
+    let service = &config.services[0];
+    assert_eq!(service.name, "proxy");
+    assert_eq!(service.type_name(), "proxy");
+    assert_eq!(proxy(&config, "proxy").path, "/proxy");
+}
+
+#[test]
+fn embedded_default_spells_out_the_builtin_defaults() {
+    // default.toml repeats every default: it must say what the code does.
+    let minimal = ok("[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n");
+    let embedded = Config::embedded_default();
+    assert_eq!(embedded.server, minimal.server);
+    assert_eq!(embedded.services, minimal.services);
+    assert_eq!(embedded.server, ServerConfig::default());
+}
+
+#[test]
+fn configuration_reference_shows_the_embedded_default() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let docs = std::fs::read_to_string(&docs).expect("docs/configuration.md exists");
+    assert!(
+        docs.contains(DEFAULT_TOML),
+        "update the last section of docs/configuration.md"
+    );
+}
+
+#[test]
+fn defaults_filled() {
+    let config = ok("");
+    assert!(config.services.is_empty());
+    let server = config.server;
+    assert_eq!(server.max_connections, 10_000);
+    assert_eq!(server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(server.max_header_bytes, 64 * 1024);
+    assert_eq!(server.idle_timeout, Duration::from_secs(60));
+    assert_eq!(server.shutdown_timeout, Duration::from_secs(30));
+
+    let config = ok(&format!(
+        "{MINIMAL_ROUTE}\n[services.p]\ntype = \"proxy\"\npath = \"/p\"\n"
+    ));
+    let orders = config.service("orders").expect("orders");
+    assert_eq!(orders.limits.max_concurrent_calls, 256);
+    assert_eq!(orders.limits.max_queued_calls, 64);
+    assert_eq!(orders.limits.queue_timeout, Duration::from_secs(5));
+    let r = route(&config, "orders");
+    assert!(!r.strip_prefix && r.methods.is_empty() && r.match_headers.is_empty());
+    assert_eq!(r.strategy, Strategy::Failover);
+    assert_eq!(r.timeout, Duration::from_secs(10));
+    assert_eq!(r.retries, 1);
+    let p = config.service("p").expect("p");
+    assert_eq!(p.limits.max_concurrent_calls, 4096);
+    assert_eq!(p.limits.max_queued_calls, 1024);
+    let p = proxy(&config, "p");
+    assert_eq!(p.cache_max_bytes, 256 << 20);
+    assert_eq!(p.max_object_bytes, 64 << 20);
+    assert_eq!(p.max_ttl, Duration::from_secs(86_400));
+    assert!(!p.allow_private_networks && p.allow_hosts.is_empty());
+    assert_eq!(p.connect_timeout, Duration::from_secs(5));
+    assert_eq!(p.first_byte_timeout, Duration::from_secs(30));
+    assert_eq!(p.total_timeout, Duration::from_secs(300));
+}
+
+#[test]
+fn services_in_file_order() {
+    let config = ok(r#"
+[services.zeta]
+type = "proxy"
+path = "/z"
+[services.alpha]
+type = "proxy"
+path = "/a"
+"#);
+    let names: Vec<_> = config.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["zeta", "alpha"]);
+}
+
+#[test]
+fn route_fully_parsed() {
+    let config = ok(r#"
+[server]
+listen = "0.0.0.0:80"
+admin_listen = "[::1]:9000"
+max_connections = 50
+max_header_bytes = 16384
+
+[services.orders]
+type = "route"
+path_prefix = "/orders"
+strip_prefix = true
+methods = ["get", "POST", "PURGE"]
+match_headers = { "X-Tenant" = "acme", "x-region" = "eu west" }
+backends = ["http://127.0.0.1:7001", "https://Backup.example:8443/", "unix:/run/orders.sock"]
+strategy = "least_outstanding"
+set_headers = { "x-via" = "wharf", "Host" = "orders.internal" }
+remove_headers = ["X-Internal-Token", "cookie"]
+timeout = "2500ms"
+retries = 3
+max_concurrent_calls = 8
+max_queued_calls = 0
+queue_timeout = "250ms"
+
+[services.rr]
+type = "route"
+path_prefix = "/"
+backends = ["http://127.0.0.1:7003"]
+strategy = "round_robin"
+"#);
+    assert_eq!(
+        config.server.listen,
+        "0.0.0.0:80".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(
+        config.server.admin_listen,
+        "[::1]:9000".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(config.server.max_connections, 50);
+    assert_eq!(config.server.max_header_bytes, 16384);
+
+    let service = config.service("orders").expect("orders");
+    assert_eq!(service.type_name(), "route");
+    assert_eq!(
+        service.limits,
+        LimitsConfig {
+            max_concurrent_calls: 8,
+            max_queued_calls: 0,
+            queue_timeout: Duration::from_millis(250),
+        }
+    );
+    let r = route(&config, "orders");
+    assert_eq!(r.path_prefix, "/orders");
+    assert!(r.strip_prefix);
+    assert_eq!(
+        r.methods,
+        [
+            Method::GET,
+            Method::POST,
+            Method::from_bytes(b"PURGE").unwrap()
+        ]
+    );
+    let h = |n: &'static str, v: &'static str| {
+        (HeaderName::from_static(n), HeaderValue::from_static(v))
+    };
+    assert_eq!(
+        r.match_headers,
+        [h("x-tenant", "acme"), h("x-region", "eu west")]
+    );
+    let backends: Vec<_> = r.backends.iter().map(url::Url::as_str).collect();
+    assert_eq!(
+        backends,
+        [
+            "http://127.0.0.1:7001/",
+            "https://backup.example:8443/",
+            "unix:/run/orders.sock"
+        ]
+    );
+    assert_eq!(r.backends[2].scheme(), "unix");
+    assert_eq!(r.backends[2].path(), "/run/orders.sock");
+    assert_eq!(r.strategy, Strategy::LeastOutstanding);
+    assert_eq!(
+        r.set_headers,
+        [h("x-via", "wharf"), h("host", "orders.internal")]
+    );
+    assert_eq!(
+        r.remove_headers,
+        [
+            HeaderName::from_static("x-internal-token"),
+            HeaderName::from_static("cookie")
+        ]
+    );
+    assert_eq!(r.timeout, Duration::from_millis(2500));
+    assert_eq!(r.retries, 3);
+    assert_eq!(route(&config, "rr").strategy, Strategy::RoundRobin);
+}
+
+#[test]
+fn proxy_fully_parsed() {
+    let config = ok(r#"
+[services.cache]
+type = "proxy"
+path = "/"
+cache_max_bytes = "1GB"
+max_object_bytes = 1048576
+max_ttl = "2h"
+allow_private_networks = true
+allow_hosts = ["Example.COM", "api.example.com:8443", "[::1]:80", "api.example.com:8443"]
+connect_timeout = "1s"
+first_byte_timeout = "2s"
+total_timeout = "10m"
+"#);
+    let p = proxy(&config, "cache");
+    assert_eq!(
+        p,
+        ProxyConfig {
+            path: "/".into(),
+            cache_max_bytes: 1_000_000_000,
+            max_object_bytes: 1 << 20,
+            max_ttl: Duration::from_secs(7200),
+            allow_private_networks: true,
+            allow_hosts: vec![
+                "example.com".into(),
+                "api.example.com:8443".into(),
+                "[::1]:80".into()
+            ],
+            connect_timeout: Duration::from_secs(1),
+            first_byte_timeout: Duration::from_secs(2),
+            total_timeout: Duration::from_secs(600),
+        }
+    );
+}
+
+#[test]
+fn unknown_key_at_top_level() {
+    let p = problem("[server]\nlisten = \"127.0.0.1:1\"\n\nbogus = 1\n");
+    assert!(
+        p.starts_with("wharf.toml:4: server.bogus: unknown key `bogus`"),
+        "{p}"
+    );
+    let p = problem("# comment\nbogus = 1\n[server]\n");
+    assert!(
+        p.starts_with("wharf.toml:2: bogus: unknown key `bogus`, expected `server` or `services`"),
+        "{p}"
+    );
+    let p = problem("[bogus]\n");
+    assert!(
+        p.starts_with("wharf.toml:1: bogus: unknown key `bogus`"),
+        "{p}"
+    );
+}
+
+#[test]
+fn unknown_key_in_server() {
+    let p = problem("[server]\nlisten = \"127.0.0.1:8080\"\nmax_conections = 5\n");
+    assert!(
+        p.starts_with(
+            "wharf.toml:3: server.max_conections: unknown key `max_conections`, expected one of"
+        ),
+        "{p}"
+    );
+    assert!(p.contains("`max_connections`"), "lists the valid keys: {p}");
+}
+
+#[test]
+fn unknown_key_in_service() {
+    let p = problem(&format!("{MINIMAL_ROUTE}\nbakends = []\n"));
+    assert!(
+        p.starts_with("wharf.toml:7: services.orders.bakends: unknown key `bakends`"),
+        "{p}"
+    );
+    // Dotted keys and inline tables are located too.
+    let p = problem("services.a.type = \"proxy\"\nservices.a.pth = \"/a\"\n");
+    assert!(
+        p.starts_with("wharf.toml:2: services.a.pth: unknown key"),
+        "{p}"
+    );
+    let p = problem("[services]\na = { type = \"proxy\", pth = \"/a\" }\n");
+    assert!(
+        p.starts_with("wharf.toml:2: services.a.pth: unknown key"),
+        "{p}"
+    );
+}
+
+#[test]
+fn wrong_toml_type() {
+    let p = problem("[server]\nmax_connections = \"lots\"\n");
+    assert_eq!(
+        p,
+        r#"wharf.toml:2: server.max_connections: expected an integer, found string "lots""#
+    );
+    let p = problem("[server]\nmax_connections = -1\n");
+    assert_eq!(
+        p,
+        "wharf.toml:2: server.max_connections: expected a non-negative integer, found integer `-1`"
+    );
+    let p = problem("[server]\nidle_timeout = 60\n");
+    assert!(
+        p.starts_with("wharf.toml:2: server.idle_timeout: expected a duration string"),
+        "{p}"
+    );
+    let p = problem(&format!("{MINIMAL_ROUTE}strip_prefix = \"yes\"\n"));
+    assert!(
+        p.starts_with("wharf.toml:6: services.orders.strip_prefix: expected a boolean"),
+        "{p}"
+    );
+    let p = problem("[services.a]\ntype = \"proxy\"\nallow_hosts = [\n  \"a\",\n  5,\n]\n");
+    assert!(
+        p.starts_with("wharf.toml:5: services.a.allow_hosts: expected a string"),
+        "{p}"
+    );
+    let p = problem("[[services]]\nname = \"a\"\n");
+    assert_eq!(
+        p,
+        "wharf.toml:1: services: expected a table, found an array"
+    );
+    let p = problem("server = 5\n");
+    assert!(
+        p.starts_with("wharf.toml:1: server: expected a table"),
+        "{p}"
+    );
+}
+
+#[test]
+fn toml_syntax_error() {
+    let p = problem("[server]\nlisten = \"127.0.0.1:8080\n");
+    assert!(p.starts_with("wharf.toml:2: "), "{p}");
+    let p = problem("[server]\n[server]\n");
+    assert!(
+        p.starts_with("wharf.toml:2: ") && p.contains("duplicate key"),
+        "{p}"
+    );
+}
+
+#[test]
+fn bad_duration_names_file_line_key() {
+    let text = "[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nmax_ttl = \"1dy\"\n";
+    let p = problem(text);
+    assert_eq!(
+        p,
+        r#"wharf.toml:4: services.proxy.max_ttl: "1dy" is not a duration (e.g. "1d"): unknown unit "dy", use ms, s, m, h or d"#
+    );
+}
+
+#[test]
+fn bad_units_and_ranges() {
+    let cases: &[(&str, &str)] = &[
+        ("[server]\nheader_read_timeout = \"0s\"", r#"server.header_read_timeout: "0s" is too short, it must be greater than 0"#),
+        ("[server]\nidle_timeout = \"400d\"", r#"server.idle_timeout: "400d" is too long, the maximum is 365d"#),
+        ("[server]\nmax_header_bytes = \"4KiB\"", "server.max_header_bytes: 4096 bytes is out of range, use 8KiB to 16MiB"),
+        ("[server]\nmax_header_bytes = \"64\"", r#"server.max_header_bytes: "64" is not a size (e.g. "64KiB"): missing unit"#),
+        ("[server]\nmax_header_bytes = -5", "server.max_header_bytes: -5 is negative"),
+        ("[server]\nmax_connections = 0", "server.max_connections: 0 is out of range, use 1 to 1000000"),
+        ("[server]\nlisten = \"localhost:80\"", r#"server.listen: "localhost:80" is not a socket address"#),
+        ("[server]\nlisten = \"127.0.0.1:9901\"", "server.admin_listen: 127.0.0.1:9901 is also `listen`"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\nmax_concurrent_calls = 0", "services.p.max_concurrent_calls: 0 is out of range, use 1 to 1000000"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\nmax_ttl = \"500ms\"", r#"services.p.max_ttl: "500ms" is too short, the minimum is 1s"#),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\nmax_object_bytes = \"2GiB\"", "services.p.max_object_bytes: 2147483648 bytes is more than cache_max_bytes (268435456 bytes)"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\ncache_max_bytes = 0", "services.p.max_object_bytes: 67108864 bytes is more than cache_max_bytes (0 bytes)"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\nconnect_timeout = \"0ms\"", r#"services.p.connect_timeout: "0ms" is too short"#),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\nallow_hosts = [\"*.example.com\"]", "services.p.allow_hosts: \"*.example.com\": wildcards are not supported"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"p\"", r#"services.p.path: "p" must start with "/" (e.g. "/p")"#),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p/\"", r#"services.p.path: "/p/" must not end with "/" (use "/p")"#),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p?x=1\"", r#"services.p.path: "/p?x=1" must not contain a query"#),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/a//b\"", r#"services.p.path: "/a//b" must not contain empty"#),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/a b\"", r#"services.p.path: "/a b" is not a valid URL path"#),
+        ("[services.p]\ntype = \"proxy\"", "services.p: missing required key `path`"),
+        ("[services.p]\npath = \"/p\"", r#"services.p: missing `type`, add type = "proxy" or type = "route""#),
+        ("[services.p]\ntype = \"cache\"", r#"services.p.type: unknown service type "cache", use "proxy" or "route""#),
+        ("[services.\"a b\"]\ntype = \"proxy\"\npath = \"/p\"", r#"services.a b: "a b" is not a valid service name"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"", "services.r: missing required key `backends`"),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = []", "services.r.backends: no backends"),
+        ("[services.r]\ntype = \"route\"\nbackends = [\"http://a\"]", "services.r: missing required key `path_prefix`"),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a/api\"]", r#"services.r.backends: "http://a/api" must not have a path"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\", \"http://a/\"]", r#"services.r.backends: "http://a/" is listed twice"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"unix:run.sock\"]", r#"services.r.backends: "unix:run.sock" is not a unix socket"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nstrategy = \"random\"", r#"services.r.strategy: unknown strategy "random", use "failover", "round_robin" or "least_outstanding""#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nretries = 11", "services.r.retries: 11 is out of range, use 0 to 10"),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nmethods = [\"GET\", \"get\"]", "services.r.methods: GET is listed twice"),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nmethods = [\"G ET\"]", r#"services.r.methods: "G ET" is not an HTTP method"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nset_headers = { \"content-length\" = \"5\" }", r#"services.r.set_headers.content-length: "content-length" is a hop-by-hop or framing header"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nset_headers = { \"x-a\" = \"1\" }\nremove_headers = [\"X-A\"]", r#"services.r.remove_headers: "x-a" is also in set_headers"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nmatch_headers = { \"X-A\" = \"1\", \"x-a\" = \"2\" }", r#"services.r.match_headers.x-a: "x-a" is listed twice"#),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nmatch_headers = { \"x-a\" = \"a\\nb\" }", r#"services.r.match_headers.x-a: "a\nb" is not a valid header value"#),
+    ];
+    for (text, want) in cases {
+        let p = problem(text);
+        let line_and_rest = p
+            .strip_prefix("wharf.toml:")
+            .unwrap_or_else(|| panic!("{p}"));
+        let rest = line_and_rest
+            .split_once(": ")
+            .map(|(_, r)| r)
+            .unwrap_or_default();
+        assert!(
+            rest.starts_with(want),
+            "for {text:?}\n got: {p}\nwant: {want}"
+        );
+    }
+}
+
+#[test]
+fn invalid_header_names_refused() {
+    let text = r#"
+[services.r]
+type = "route"
+path_prefix = "/r"
+backends = ["http://a"]
+match_headers = { "x tenant" = "acme" }
+set_headers = { "x:via" = "wharf" }
+remove_headers = ["bad header", ""]
+"#;
+    let all = problems(text);
+    assert_eq!(all.len(), 4, "{all:#?}");
+    assert!(all[0].starts_with(r#"wharf.toml:6: services.r.match_headers.x tenant: "x tenant" is not a valid header name"#), "{}", all[0]);
+    assert!(
+        all[1].starts_with(
+            r#"wharf.toml:7: services.r.set_headers.x:via: "x:via" is not a valid header name"#
+        ),
+        "{}",
+        all[1]
+    );
+    assert!(
+        all[2].starts_with(
+            r#"wharf.toml:8: services.r.remove_headers: "bad header" is not a valid header name"#
+        ),
+        "{}",
+        all[2]
+    );
+    assert!(
+        all[3].starts_with(
+            r#"wharf.toml:8: services.r.remove_headers: "" is not a valid header name"#
+        ),
+        "{}",
+        all[3]
+    );
+}
+
+#[test]
+fn proxy_refuses_route_keys_and_route_refuses_proxy_keys() {
+    let text = r#"
+[services.cache]
+type = "proxy"
+path = "/cache"
+backends = ["http://a"]
+match_headers = { "x-a" = "1" }
+
+[services.orders]
+type = "route"
+path_prefix = "/orders"
+backends = ["http://a"]
+max_ttl = "1h"
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            "wharf.toml:5: services.cache: `backends` is not a key of a proxy service (it is a route key)",
+            "wharf.toml:6: services.cache: `match_headers` is not a key of a proxy service (it is a route key)",
+            "wharf.toml:12: services.orders: `max_ttl` is not a key of a route service (it is a proxy key)",
+        ]
+    );
+}
+
+#[test]
+fn duplicate_paths_refused() {
+    let text = r#"
+[services.a]
+type = "proxy"
+path = "/x"
+
+[services.b]
+type = "proxy"
+path = "/x"
+
+[services.c]
+type = "route"
+path_prefix = "/x"
+backends = ["http://a"]
+
+[services.d]
+type = "route"
+path_prefix = "/d"
+backends = ["http://a"]
+
+[services.e]
+type = "route"
+path_prefix = "/d"
+backends = ["http://a"]
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            r#"wharf.toml:8: services.b.path: "/x" is already used by services.a (line 4), each service needs its own path"#,
+            r#"wharf.toml:12: services.c.path_prefix: "/x" is already used by services.a (line 4), each service needs its own path"#,
+            r#"wharf.toml:22: services.e.path_prefix: "/d" is already used by services.d (line 17), each service needs its own path"#,
+        ]
+    );
+}
+
+#[test]
+fn listeners_on_port_zero_may_share_an_address() {
+    let config = ok("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+    assert_eq!(config.server.listen.port(), 0);
+}
+
+#[test]
+fn all_problems_collected_in_line_order() {
+    let text = r#"
+[services.orders]
+type = "route"
+path_prefix = "orders"
+backends = ["ftp://x", "http://ok"]
+timeout = "soon"
+
+[server]
+max_connections = 0
+idle_timeout = "5"
+"#;
+    let all = problems(text);
+    let lines: Vec<_> = all
+        .iter()
+        .map(|p| p.split(':').nth(1).unwrap_or_default())
+        .collect();
+    assert_eq!(lines, ["4", "5", "6", "9", "10"], "{all:#?}");
+    assert!(all[1].contains(r#"unsupported scheme "ftp""#), "{}", all[1]);
+    assert!(
+        all[2].contains(r#""soon" is not a duration (e.g. "10s"): no number"#),
+        "{}",
+        all[2]
+    );
+    let err = Config::from_toml_str(text, "wharf.toml").expect_err("invalid");
+    assert_eq!(err.problems().len(), 5);
+    assert_eq!(err.problems()[3].key, "server.max_connections");
+    assert_eq!(err.problems()[3].line, Some(9));
+}
+
+#[test]
+fn load_reads_files_and_names_them() {
+    let dir = std::env::temp_dir().join(format!("wharf-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(&good, MINIMAL_ROUTE).unwrap();
+    let config = Config::load(&good).unwrap();
+    assert_eq!(config.origin, good.display().to_string());
+    assert_eq!(config.services.len(), 1);
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[server]\nidle_timeout = \"1dy\"\n").unwrap();
+    let err = Config::load(&bad).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}:2: server.idle_timeout: ", bad.display())),
+        "{err}"
+    );
+
+    let missing = dir.join("missing.toml");
+    let err = Config::load(&missing).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}: cannot read: ", missing.display())),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

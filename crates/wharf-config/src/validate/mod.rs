@@ -1,0 +1,401 @@
+//! Step two: raw model → [`Config`]. Units parsed, defaults filled, ranges, required keys,
+//! keys of the wrong service type and cross-key rules checked.
+//!
+//! Validation never stops at the first problem: a [`Checker`] collects every problem (with
+//! its line, taken from the raw model's spans) and substitutes the default for a bad value so
+//! that later checks still run. The `[server]` table is checked in `server.rs`, proxy and
+//! route keys in `proxy.rs` and `route.rs`; this module holds the shared helpers, the service
+//! table and the cross-key rules.
+
+mod proxy;
+mod route;
+mod server;
+
+use std::ops::Range;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use crate::defaults;
+use crate::error::{ConfigError, Problem};
+use crate::locate::line_of;
+use crate::model::{LimitsConfig, ServiceConfig, ServiceKind};
+use crate::raw::{RawConfig, RawDuration, RawService, RawSize};
+use crate::units::{parse_duration, parse_size};
+use crate::Config;
+
+/// Validates a parsed file. `text` is the file's text (for line numbers), `file` its name.
+pub(crate) fn validate(raw: RawConfig, text: &str, file: &str) -> Result<Config, ConfigError> {
+    let mut c = Checker {
+        text,
+        file,
+        problems: Vec::new(),
+    };
+    let server = server::server(&mut c, &raw.server.unwrap_or_default());
+
+    // BTreeMap order is by name; file order reads better and is what operators wrote.
+    let mut entries: Vec<_> = raw.services.unwrap_or_default().into_iter().collect();
+    entries.sort_by_key(|(name, _)| name.span().start);
+    let mut services = Vec::new();
+    // (path or path_prefix, service name, where it was written) for the uniqueness rule.
+    let mut paths: Vec<(String, String, Option<Range<usize>>)> = Vec::new();
+    for (name, raw) in &entries {
+        if let Some((service, path_span)) = service(&mut c, name, raw) {
+            let path = match &service.kind {
+                ServiceKind::Proxy(p) => p.path.clone(),
+                ServiceKind::Route(r) => r.path_prefix.clone(),
+            };
+            paths.push((path, service.name.clone(), path_span));
+            services.push(service);
+        }
+    }
+    unique_paths(&mut c, &services, &paths);
+
+    if c.problems.is_empty() {
+        Ok(Config {
+            server,
+            services,
+            origin: file.to_owned(),
+        })
+    } else {
+        Err(ConfigError::new(c.problems))
+    }
+}
+
+/// Collects problems, and parses the values every table has (durations, sizes, counts).
+pub(crate) struct Checker<'a> {
+    text: &'a str,
+    file: &'a str,
+    problems: Vec<Problem>,
+}
+
+impl Checker<'_> {
+    /// Records a problem with `key`, at the line of `span` (no line if `None`).
+    pub(crate) fn report(
+        &mut self,
+        span: Option<Range<usize>>,
+        key: &str,
+        message: impl Into<String>,
+    ) {
+        self.problems.push(Problem {
+            file: self.file.to_owned(),
+            line: span.map(|s| line_of(self.text, s.start)),
+            key: key.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    /// A duration key, or `default` if absent or bad; `min` is `"0s"` or `"1ms"` (must be
+    /// greater than zero) or a larger bound. Every duration is at most 365d.
+    pub(crate) fn duration(
+        &mut self,
+        key: &str,
+        value: &Option<Spanned<RawDuration>>,
+        default: &str,
+        min: &str,
+    ) -> Duration {
+        let default_value = builtin_duration(default);
+        let Some(value) = value else {
+            return default_value;
+        };
+        let text = &value.get_ref().0;
+        let parsed = match parse_duration(text) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                let message = format!("{text:?} is not a duration (e.g. {default:?}): {err}");
+                self.report(Some(value.span()), key, message);
+                return default_value;
+            }
+        };
+        let problem = if parsed < builtin_duration(min) {
+            Some(match min {
+                "1ms" => format!("{text:?} is too short, it must be greater than 0"),
+                _ => format!("{text:?} is too short, the minimum is {min}"),
+            })
+        } else if parsed > builtin_duration(defaults::MAX_DURATION) {
+            Some(format!(
+                "{text:?} is too long, the maximum is {}",
+                defaults::MAX_DURATION
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(message) => {
+                self.report(Some(value.span()), key, message);
+                default_value
+            }
+            None => parsed,
+        }
+    }
+
+    /// A size key in bytes, or `default` if absent or bad, with the span of the value when
+    /// one was written (for the caller's range checks).
+    pub(crate) fn size(
+        &mut self,
+        key: &str,
+        value: &Option<Spanned<RawSize>>,
+        default: &str,
+    ) -> (u64, Option<Range<usize>>) {
+        let default_value = builtin_size(default);
+        let Some(value) = value else {
+            return (default_value, None);
+        };
+        let parsed = match value.get_ref() {
+            RawSize::Text(text) => parse_size(text)
+                .map_err(|err| format!("{text:?} is not a size (e.g. {default:?}): {err}")),
+            RawSize::Bytes(bytes) => u64::try_from(*bytes).map_err(|_| {
+                format!("{bytes} is negative, use a number of bytes or a size such as {default:?}")
+            }),
+        };
+        match parsed {
+            Ok(bytes) => (bytes, Some(value.span())),
+            Err(message) => {
+                self.report(Some(value.span()), key, message);
+                (default_value, None)
+            }
+        }
+    }
+
+    /// A count key in `range`, or `default` if absent or bad.
+    pub(crate) fn count(
+        &mut self,
+        key: &str,
+        value: &Option<Spanned<u64>>,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> u64 {
+        let Some(value) = value else {
+            return default;
+        };
+        let n = *value.get_ref();
+        if range.contains(&n) {
+            n
+        } else {
+            let message = format!(
+                "{n} is out of range, use {} to {}",
+                range.start(),
+                range.end()
+            );
+            self.report(Some(value.span()), key, message);
+            default
+        }
+    }
+
+    /// The line of a span, for messages that point at another place in the file.
+    pub(crate) fn line(&self, span: &Option<Range<usize>>) -> Option<usize> {
+        span.as_ref().map(|s| line_of(self.text, s.start))
+    }
+}
+
+/// A built-in duration; the defaults module only holds valid spellings (tests check them).
+fn builtin_duration(text: &str) -> Duration {
+    parse_duration(text).expect("built-in durations are valid")
+}
+
+/// A built-in size; the defaults module only holds valid spellings (tests check them).
+fn builtin_size(text: &str) -> u64 {
+    parse_size(text).expect("built-in sizes are valid")
+}
+
+/// One `[services.NAME]` table; `None` if its type is missing or unknown. Also returns the
+/// span of its `path`/`path_prefix`.
+fn service(
+    c: &mut Checker<'_>,
+    name: &Spanned<String>,
+    raw: &RawService,
+) -> Option<(ServiceConfig, Option<Range<usize>>)> {
+    let table = format!("services.{}", name.get_ref());
+    let name_span = Some(name.span());
+    let valid_name = !name.get_ref().is_empty()
+        && name
+            .get_ref()
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_');
+    if !valid_name {
+        c.report(
+            name_span.clone(),
+            &table,
+            format!(
+                "{:?} is not a valid service name, use letters, digits, `-` and `_`",
+                name.get_ref()
+            ),
+        );
+    }
+
+    let Some(kind) = &raw.kind else {
+        c.report(
+            name_span,
+            &table,
+            r#"missing `type`, add type = "proxy" or type = "route""#,
+        );
+        return None;
+    };
+    let (default_calls, default_queue) = match kind.get_ref().as_str() {
+        "proxy" => (
+            defaults::PROXY_MAX_CONCURRENT_CALLS,
+            defaults::PROXY_MAX_QUEUED_CALLS,
+        ),
+        "route" => (
+            defaults::ROUTE_MAX_CONCURRENT_CALLS,
+            defaults::ROUTE_MAX_QUEUED_CALLS,
+        ),
+        other => {
+            c.report(
+                Some(kind.span()),
+                &format!("{table}.type"),
+                format!(r#"unknown service type {other:?}, use "proxy" or "route""#),
+            );
+            return None;
+        }
+    };
+
+    let max_concurrent_calls = c.count(
+        &format!("{table}.max_concurrent_calls"),
+        &raw.max_concurrent_calls,
+        default_calls,
+        1..=defaults::MAX_COUNT,
+    );
+    let max_queued_calls = c.count(
+        &format!("{table}.max_queued_calls"),
+        &raw.max_queued_calls,
+        default_queue,
+        0..=defaults::MAX_COUNT,
+    );
+    let queue_timeout = c.duration(
+        &format!("{table}.queue_timeout"),
+        &raw.queue_timeout,
+        defaults::QUEUE_TIMEOUT,
+        "1ms",
+    );
+    let limits = LimitsConfig {
+        // Bounded by MAX_COUNT, which fits any usize.
+        max_concurrent_calls: usize::try_from(max_concurrent_calls).unwrap_or(usize::MAX),
+        max_queued_calls: usize::try_from(max_queued_calls).unwrap_or(usize::MAX),
+        queue_timeout,
+    };
+
+    let (kind, path_span) = match kind.get_ref().as_str() {
+        "proxy" => {
+            foreign_keys(c, &table, "proxy", raw.route_keys(), &name_span);
+            let proxy = proxy::proxy(c, &table, raw, &name_span);
+            (
+                ServiceKind::Proxy(proxy),
+                raw.path.as_ref().map(Spanned::span),
+            )
+        }
+        _ => {
+            foreign_keys(c, &table, "route", raw.proxy_keys(), &name_span);
+            let route = route::route(c, &table, raw, &name_span);
+            let span = raw.path_prefix.as_ref().map(Spanned::span);
+            (ServiceKind::Route(route), span)
+        }
+    };
+    let service = ServiceConfig {
+        name: name.get_ref().clone(),
+        limits,
+        kind,
+    };
+    Some((service, path_span))
+}
+
+/// Refuses keys that belong to another service type.
+fn foreign_keys(
+    c: &mut Checker<'_>,
+    table: &str,
+    type_name: &str,
+    keys: Vec<crate::raw::PresentKey>,
+    name_span: &Option<Range<usize>>,
+) {
+    let other = if type_name == "proxy" {
+        "route"
+    } else {
+        "proxy"
+    };
+    for (key, span) in keys {
+        c.report(
+            span.or_else(|| name_span.clone()),
+            table,
+            format!("`{key}` is not a key of a {type_name} service (it is a {other} key)"),
+        );
+    }
+}
+
+/// No two services share a `path`/`path_prefix`.
+fn unique_paths(
+    c: &mut Checker<'_>,
+    services: &[ServiceConfig],
+    paths: &[(String, String, Option<Range<usize>>)],
+) {
+    for (i, (path, name, span)) in paths.iter().enumerate() {
+        // An invalid path was reported already and left empty.
+        if path.is_empty() {
+            continue;
+        }
+        let Some((_, first, first_span)) = paths[..i].iter().find(|(p, _, _)| p == path) else {
+            continue;
+        };
+        let key = match services.get(i).map(|s| &s.kind) {
+            Some(ServiceKind::Route(_)) => "path_prefix",
+            _ => "path",
+        };
+        let at = match c.line(first_span) {
+            Some(line) => format!(" (line {line})"),
+            None => String::new(),
+        };
+        c.report(
+            span.clone(),
+            &format!("services.{name}.{key}"),
+            format!(
+                "{path:?} is already used by services.{first}{at}, each service needs its own path"
+            ),
+        );
+    }
+}
+
+/// Validates a `path` or `path_prefix`: an absolute URL path without query, fragment,
+/// trailing slash or dot segments. Returns `None` (and reports) if it is not.
+pub(crate) fn check_path(
+    c: &mut Checker<'_>,
+    key: &str,
+    value: &Spanned<String>,
+) -> Option<String> {
+    let path = value.get_ref();
+    let problem = if !path.starts_with('/') {
+        Some(format!(
+            "{path:?} must start with \"/\" (e.g. \"/{}\")",
+            path.trim_start_matches('/')
+        ))
+    } else if path.contains('?') {
+        Some(format!("{path:?} must not contain a query (\"?\")"))
+    } else if path.contains('#') {
+        Some(format!("{path:?} must not contain a fragment (\"#\")"))
+    } else if path.len() > 1 && path.ends_with('/') {
+        Some(format!(
+            "{path:?} must not end with \"/\" (use {:?})",
+            path.trim_end_matches('/')
+        ))
+    } else if path.len() > 1
+        && path[1..]
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        Some(format!(
+            "{path:?} must not contain empty, \".\" or \"..\" segments"
+        ))
+    } else if path.parse::<http::uri::PathAndQuery>().is_err() || path.contains(char::is_whitespace)
+    {
+        Some(format!(
+            "{path:?} is not a valid URL path (percent-encode other characters)"
+        ))
+    } else {
+        None
+    };
+    match problem {
+        Some(message) => {
+            c.report(Some(value.span()), key, message);
+            None
+        }
+        None => Some(path.clone()),
+    }
+}

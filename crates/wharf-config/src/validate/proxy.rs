@@ -1,0 +1,189 @@
+//! The keys of a `type = "proxy"` service.
+
+use std::ops::Range;
+
+use super::{check_path, Checker};
+use crate::defaults;
+use crate::model::ProxyConfig;
+use crate::raw::RawService;
+
+/// Validates the proxy keys of `raw`; `table` is `services.NAME`. Bad values are reported
+/// and replaced by defaults (an empty `path`).
+pub(super) fn proxy(
+    c: &mut Checker<'_>,
+    table: &str,
+    raw: &RawService,
+    name_span: &Option<Range<usize>>,
+) -> ProxyConfig {
+    let key = |k: &str| format!("{table}.{k}");
+
+    let path = match &raw.path {
+        Some(path) => check_path(c, &key("path"), path).unwrap_or_default(),
+        None => {
+            c.report(
+                name_span.clone(),
+                table,
+                r#"missing required key `path` (e.g. path = "/proxy")"#,
+            );
+            String::new()
+        }
+    };
+
+    let (cache_max_bytes, cache_span) = c.size(
+        &key("cache_max_bytes"),
+        &raw.cache_max_bytes,
+        defaults::CACHE_MAX_BYTES,
+    );
+    let (mut max_object_bytes, object_span) = c.size(
+        &key("max_object_bytes"),
+        &raw.max_object_bytes,
+        defaults::MAX_OBJECT_BYTES,
+    );
+    if max_object_bytes > cache_max_bytes {
+        c.report(
+            object_span.or(cache_span).or_else(|| name_span.clone()),
+            &key("max_object_bytes"),
+            format!(
+                "{max_object_bytes} bytes is more than cache_max_bytes ({cache_max_bytes} \
+                 bytes), lower it or raise cache_max_bytes"
+            ),
+        );
+        max_object_bytes = cache_max_bytes;
+    }
+
+    let max_ttl = c.duration(&key("max_ttl"), &raw.max_ttl, defaults::MAX_TTL, "1s");
+    let allow_private_networks = raw
+        .allow_private_networks
+        .as_ref()
+        .is_some_and(|v| *v.get_ref());
+
+    let mut allow_hosts: Vec<String> = Vec::new();
+    for entry in raw.allow_hosts.iter().flat_map(|list| list.get_ref()) {
+        match host_entry(entry.get_ref()) {
+            Ok(host) if allow_hosts.contains(&host) => {}
+            Ok(host) => allow_hosts.push(host),
+            Err(why) => c.report(Some(entry.span()), &key("allow_hosts"), why),
+        }
+    }
+
+    let connect_timeout = c.duration(
+        &key("connect_timeout"),
+        &raw.connect_timeout,
+        defaults::CONNECT_TIMEOUT,
+        "1ms",
+    );
+    let first_byte_timeout = c.duration(
+        &key("first_byte_timeout"),
+        &raw.first_byte_timeout,
+        defaults::FIRST_BYTE_TIMEOUT,
+        "1ms",
+    );
+    let total_timeout = c.duration(
+        &key("total_timeout"),
+        &raw.total_timeout,
+        defaults::TOTAL_TIMEOUT,
+        "1ms",
+    );
+
+    ProxyConfig {
+        path,
+        cache_max_bytes,
+        max_object_bytes,
+        max_ttl,
+        allow_private_networks,
+        allow_hosts,
+        connect_timeout,
+        first_byte_timeout,
+        total_timeout,
+    }
+}
+
+/// Normalises an `allow_hosts` entry (`"Example.COM:8443"` → `"example.com:8443"`) the way
+/// `url` normalises a URL's host, so that the proxy can compare it with `Url::host_str`.
+pub(crate) fn host_entry(entry: &str) -> Result<String, String> {
+    if entry.is_empty() {
+        return Err(r#"empty entry, use "host" or "host:port""#.to_owned());
+    }
+    if entry.contains('/') || entry.contains('@') {
+        return Err(format!(
+            r#"{entry:?} is not a host, use "host" or "host:port" (no scheme, path or user)"#
+        ));
+    }
+    if entry.contains('*') {
+        return Err(format!(
+            "{entry:?}: wildcards are not supported, list each host"
+        ));
+    }
+    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+        // [IPv6] or [IPv6]:port
+        let Some((addr, after)) = rest.split_once(']') else {
+            return Err(format!("{entry:?} is missing the closing \"]\""));
+        };
+        let port = match after {
+            "" => None,
+            _ => match after.strip_prefix(':') {
+                Some(port) => Some(port),
+                None => return Err(format!(r#"{entry:?}: expected ":port" after "]""#)),
+            },
+        };
+        (&entry[..addr.len() + 2], port)
+    } else if entry.matches(':').count() > 1 {
+        return Err(format!(
+            r#"{entry:?}: write an IPv6 address in brackets, e.g. "[::1]" or "[::1]:8080""#
+        ));
+    } else {
+        match entry.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (entry, None),
+        }
+    };
+    let host = url::Host::parse(host).map_err(|err| {
+        format!("{entry:?}: {host:?} is not a valid host name or address ({err})")
+    })?;
+    match port {
+        None => Ok(host.to_string()),
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(format!("{host}:{port}")),
+            _ => Err(format!("{entry:?}: {port:?} is not a port (1 to 65535)")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_entry;
+
+    #[test]
+    fn allow_hosts_entries() {
+        let good = [
+            ("example.com", "example.com"),
+            ("Example.COM:8443", "example.com:8443"),
+            ("10.0.0.1", "10.0.0.1"),
+            ("0x7f.1:80", "127.0.0.1:80"),
+            ("[::1]", "[::1]"),
+            ("[::1]:8080", "[::1]:8080"),
+            ("bücher.example", "xn--bcher-kva.example"),
+        ];
+        for (entry, want) in good {
+            assert_eq!(host_entry(entry).as_deref(), Ok(want), "{entry:?}");
+        }
+        let bad = [
+            "",
+            "http://example.com",
+            "example.com/x",
+            "user@example.com",
+            "*.example.com",
+            "::1",
+            "[::1",
+            "[::1]x",
+            "example.com:0",
+            "example.com:65536",
+            "example.com:http",
+            "example.com:",
+            "exa mple.com",
+        ];
+        for entry in bad {
+            assert!(host_entry(entry).is_err(), "{entry:?} should be refused");
+        }
+    }
+}

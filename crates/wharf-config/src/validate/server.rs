@@ -1,0 +1,113 @@
+//! The `[server]` table: listeners, session and request-head limits.
+
+use std::net::SocketAddr;
+
+use toml::Spanned;
+
+use super::{builtin_size, Checker};
+use crate::defaults;
+use crate::model::ServerConfig;
+use crate::raw::RawServer;
+
+/// `server.listen` and `server.admin_listen`.
+fn socket_addr(
+    c: &mut Checker<'_>,
+    key: &str,
+    value: &Option<Spanned<String>>,
+    default: &str,
+) -> SocketAddr {
+    let default_value = default.parse().expect("built-in addresses are valid");
+    let Some(value) = value else {
+        return default_value;
+    };
+    match value.get_ref().parse() {
+        Ok(addr) => addr,
+        Err(_) => {
+            let message = format!(
+                "{:?} is not a socket address, use IP:port (e.g. {default:?}, \"[::1]:8080\")",
+                value.get_ref()
+            );
+            c.report(Some(value.span()), key, message);
+            default_value
+        }
+    }
+}
+
+/// The `[server]` table.
+pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
+    let listen = socket_addr(c, "server.listen", &raw.listen, defaults::LISTEN);
+    let admin_listen = socket_addr(
+        c,
+        "server.admin_listen",
+        &raw.admin_listen,
+        defaults::ADMIN_LISTEN,
+    );
+    // Port 0 means "any free port": two of them never collide.
+    if listen == admin_listen && listen.port() != 0 {
+        let span = raw
+            .admin_listen
+            .as_ref()
+            .or(raw.listen.as_ref())
+            .map(Spanned::span);
+        c.report(
+            span,
+            "server.admin_listen",
+            format!("{admin_listen} is also `listen`, give the admin listener its own address"),
+        );
+    }
+    let max_connections = c.count(
+        "server.max_connections",
+        &raw.max_connections,
+        defaults::MAX_CONNECTIONS,
+        1..=defaults::MAX_COUNT,
+    );
+    let header_read_timeout = c.duration(
+        "server.header_read_timeout",
+        &raw.header_read_timeout,
+        defaults::HEADER_READ_TIMEOUT,
+        "1ms",
+    );
+    let (mut max_header_bytes, span) = c.size(
+        "server.max_header_bytes",
+        &raw.max_header_bytes,
+        defaults::MAX_HEADER_BYTES,
+    );
+    let (min, max) = (
+        builtin_size(defaults::MIN_HEADER_BYTES),
+        builtin_size(defaults::MAX_HEADER_BYTES_LIMIT),
+    );
+    if !(min..=max).contains(&max_header_bytes) {
+        c.report(
+            span,
+            "server.max_header_bytes",
+            format!(
+                "{max_header_bytes} bytes is out of range, use {} to {}",
+                defaults::MIN_HEADER_BYTES,
+                defaults::MAX_HEADER_BYTES_LIMIT
+            ),
+        );
+        max_header_bytes = builtin_size(defaults::MAX_HEADER_BYTES);
+    }
+    let idle_timeout = c.duration(
+        "server.idle_timeout",
+        &raw.idle_timeout,
+        defaults::IDLE_TIMEOUT,
+        "1ms",
+    );
+    let shutdown_timeout = c.duration(
+        "server.shutdown_timeout",
+        &raw.shutdown_timeout,
+        defaults::SHUTDOWN_TIMEOUT,
+        "0s",
+    );
+    ServerConfig {
+        listen,
+        admin_listen,
+        // Bounded above (MAX_COUNT, 16MiB): they fit a usize, 32-bit included.
+        max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+        header_read_timeout,
+        max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
+        idle_timeout,
+        shutdown_timeout,
+    }
+}
