@@ -1,0 +1,253 @@
+//! The caching URL proxy as a hosted service: one call from query to
+//! response, choosing between cache hit, coalesced fill, new fill and
+//! pass-through.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{header, HeaderValue, Method, Request, Response};
+use hyper::body::Incoming;
+use tracing::debug;
+use wharf_cache::{CachedResponse, FillReader, FillRegistry, Joined, MemoryCache, ResponseHead};
+use wharf_config::ProxyConfig;
+use wharf_host::error::json_error;
+use wharf_host::{handler, HostService, ResponseBody};
+
+use crate::body::{from_entry, from_fill, relay, OriginBody};
+use crate::destination::DestinationPolicy;
+use crate::error::ProxyError;
+use crate::fill::FillJob;
+use crate::headers::relayed_headers;
+use crate::origin::{origin_label, Origin};
+use crate::request::ProxyRequest;
+
+/// Response header telling how the call was served.
+const X_CACHE: &str = "x-cache";
+
+/// How a response was served, as reported in `x-cache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheResult {
+    /// Served from a fresh cache entry.
+    Hit,
+    /// Fetched (and being cached) for this call.
+    Miss,
+    /// Not cacheable by request: `cacheDuration` absent or 0.
+    Bypass,
+    /// Streamed from another call's fill in progress.
+    Coalesced,
+}
+
+impl CacheResult {
+    /// The label value (`hit`, `miss`, `bypass`, `coalesced`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+            CacheResult::Bypass => "bypass",
+            CacheResult::Coalesced => "coalesced",
+        }
+    }
+}
+
+/// The caching URL proxy of one `[services.X]` table.
+#[derive(Clone)]
+pub struct ProxyService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    policy: Arc<DestinationPolicy>,
+    origin: Origin,
+    cache: Arc<MemoryCache>,
+    fills: Arc<FillRegistry>,
+    max_ttl: Duration,
+    max_object_bytes: u64,
+    total_timeout: Duration,
+}
+
+impl ProxyService {
+    /// Builds the proxy: its destination policy, origin pool and cache are
+    /// created here, at start, never lazily on the first call.
+    pub fn new(config: &ProxyConfig) -> Self {
+        let policy = Arc::new(DestinationPolicy::new(
+            config.allow_private_networks,
+            &config.allow_hosts,
+        ));
+        Self {
+            inner: Arc::new(Inner {
+                origin: Origin::new(config, policy.clone()),
+                policy,
+                cache: Arc::new(MemoryCache::new(
+                    config.cache_max_bytes,
+                    config.max_object_bytes,
+                )),
+                fills: Arc::new(FillRegistry::new()),
+                max_ttl: config.max_ttl,
+                max_object_bytes: config.max_object_bytes,
+                total_timeout: config.total_timeout,
+            }),
+        }
+    }
+
+    /// The memory tier, for counters and tests.
+    pub fn cache(&self) -> &MemoryCache {
+        &self.inner.cache
+    }
+
+    /// The proxy as a service for [`wharf_host::HostBuilder::mount`].
+    pub fn into_host_service(self) -> HostService {
+        handler(move |request| {
+            let inner = self.inner.clone();
+            async move { inner.call(request).await }
+        })
+    }
+}
+
+impl Inner {
+    async fn call(self: Arc<Self>, request: Request<Incoming>) -> Response<ResponseBody> {
+        match self.serve(request).await {
+            Ok(response) => response,
+            Err(error) => {
+                debug!(error = %error, status = error.status().as_u16(), "call refused or failed");
+                json_error(error.status(), error.kind(), &error.to_string())
+            }
+        }
+    }
+
+    async fn serve(
+        self: &Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<Response<ResponseBody>, ProxyError> {
+        if request.method() != Method::GET {
+            return Err(ProxyError::Method(request.method().clone()));
+        }
+        let call = ProxyRequest::from_query(request.uri().query())?;
+        drop(request);
+        self.policy
+            .check_url(&call.target)
+            .map_err(|source| ProxyError::Refused {
+                host: call.target.host_str().unwrap_or("").to_owned(),
+                source,
+            })?;
+        if call.cache_duration == 0 {
+            return self.pass_through(&call).await;
+        }
+        let key = call.cache_key();
+        if let Some(entry) = self.cache.get(key, Instant::now()) {
+            return Ok(hit_response(&entry));
+        }
+        match self.fills.join_or_start(key, self.max_object_bytes) {
+            Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced).await,
+            Joined::Leader(writer, reader) => {
+                let ttl = Duration::from_secs(call.cache_duration).min(self.max_ttl);
+                FillJob {
+                    origin: self.origin.clone(),
+                    cache: self.cache.clone(),
+                    fills: self.fills.clone(),
+                    key: key.to_owned(),
+                    target: call.target.clone(),
+                    ttl,
+                    max_object_bytes: self.max_object_bytes,
+                    total_timeout: self.total_timeout,
+                }
+                .spawn(writer);
+                stream_fill(reader, CacheResult::Miss).await
+            }
+        }
+    }
+
+    /// `cacheDuration` 0: relay the origin's response, read at the
+    /// client's pace (no buffering beyond hyper's own).
+    async fn pass_through(
+        &self,
+        call: &ProxyRequest,
+    ) -> Result<Response<ResponseBody>, ProxyError> {
+        let deadline = tokio::time::Instant::now() + self.total_timeout;
+        let response = tokio::time::timeout_at(deadline, self.origin.fetch(&call.target))
+            .await
+            .map_err(|_elapsed| ProxyError::OriginTimeout {
+                origin: origin_label(&call.target),
+                what: "no response headers",
+                after: self.total_timeout,
+            })??;
+        let (parts, incoming) = response.into_parts();
+        let head = ResponseHead {
+            status: parts.status,
+            headers: relayed_headers(&parts.headers),
+        };
+        let body = OriginBody::new(
+            incoming,
+            origin_label(&call.target),
+            deadline,
+            self.total_timeout,
+        );
+        Ok(build_response(&head, relay(body), CacheResult::Bypass))
+    }
+}
+
+/// Waits for the fill's head, then streams its body.
+async fn stream_fill(
+    mut reader: FillReader,
+    result: CacheResult,
+) -> Result<Response<ResponseBody>, ProxyError> {
+    let head = match reader.head().await {
+        Ok(head) => head,
+        Err(failure) => {
+            return Err(match failure.downcast_ref::<ProxyError>() {
+                Some(error) => clone_error(error),
+                None => ProxyError::OriginUnavailable {
+                    origin: String::new(),
+                    message: failure.to_string(),
+                },
+            });
+        }
+    };
+    Ok(build_response(&head, from_fill(reader), result))
+}
+
+fn hit_response(entry: &Arc<CachedResponse>) -> Response<ResponseBody> {
+    let mut response = build_response(&entry.head, from_entry(entry), CacheResult::Hit);
+    response.headers_mut().insert(
+        header::AGE,
+        HeaderValue::from(entry.age_secs(Instant::now())),
+    );
+    response
+}
+
+fn build_response(
+    head: &ResponseHead,
+    body: ResponseBody,
+    result: CacheResult,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(body);
+    *response.status_mut() = head.status;
+    *response.headers_mut() = head.headers.clone();
+    response
+        .headers_mut()
+        .insert(X_CACHE, HeaderValue::from_static(result.as_str()));
+    response
+}
+
+/// A fill failure is shared by every reader; each reader's response gets
+/// its own copy of the error (the sources are plain data).
+fn clone_error(error: &ProxyError) -> ProxyError {
+    match error {
+        ProxyError::Refused { host, source } => ProxyError::Refused {
+            host: host.clone(),
+            source: source.clone(),
+        },
+        ProxyError::OriginTimeout {
+            origin,
+            what,
+            after,
+        } => ProxyError::OriginTimeout {
+            origin: origin.clone(),
+            what,
+            after: *after,
+        },
+        other => ProxyError::OriginUnavailable {
+            origin: String::new(),
+            message: other.to_string(),
+        },
+    }
+}
