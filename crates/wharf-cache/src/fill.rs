@@ -118,7 +118,9 @@ impl Fill {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock would be a bug in this module;
         // the data is still consistent chunk-wise, so keep serving.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Adds a reader that starts at the first byte, or `None` when the fill

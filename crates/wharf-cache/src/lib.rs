@@ -20,6 +20,8 @@ mod memory;
 mod registry;
 
 pub use entry::{CachedResponse, ResponseHead};
-pub use fill::{Abandoned, Fill, FillFailure, FillReader, FillWriter, PushOutcome, UNSHARED_WINDOW};
+pub use fill::{
+    Abandoned, Fill, FillFailure, FillReader, FillWriter, PushOutcome, UNSHARED_WINDOW,
+};
 pub use memory::MemoryCache;
 pub use registry::{FillRegistry, Joined};

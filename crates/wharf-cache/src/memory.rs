@@ -68,7 +68,12 @@ impl MemoryCache {
         let per_shard_need = (max_object_bytes + 64 * 1024) * 21 / 20;
         let room_for = (max_bytes / per_shard_need).max(1);
         let shards = (room_for.min(16) as usize).next_power_of_two();
-        let shards = if shards as u64 > room_for { shards / 2 } else { shards }.max(1);
+        let shards = if shards as u64 > room_for {
+            shards / 2
+        } else {
+            shards
+        }
+        .max(1);
         let evictions = Arc::new(AtomicU64::new(0));
         // Guess of the typical entry size, for the hash table's initial size.
         let estimated_items = (max_bytes / (16 * 1024)).clamp(64, 1 << 20) as usize;
@@ -166,7 +171,10 @@ mod tests {
         let cache = MemoryCache::new(max, 100 * 1024);
         let now = Instant::now();
         for i in 0..100 {
-            cache.insert(format!("k{i}"), entry(64 * 1024, now, Duration::from_secs(60)));
+            cache.insert(
+                format!("k{i}"),
+                entry(64 * 1024, now, Duration::from_secs(60)),
+            );
             assert!(cache.bytes() <= max, "weight {} over {max}", cache.bytes());
         }
         assert!(cache.evictions() > 0);

@@ -45,7 +45,10 @@ impl FillRegistry {
     /// Unregisters `fill` from `key` if it is still the one registered.
     pub fn remove(&self, key: &str, fill: &Arc<Fill>) {
         let mut fills = self.fills.lock().unwrap_or_else(|p| p.into_inner());
-        if fills.get(key).is_some_and(|current| Arc::ptr_eq(current, fill)) {
+        if fills
+            .get(key)
+            .is_some_and(|current| Arc::ptr_eq(current, fill))
+        {
             fills.remove(key);
         }
     }

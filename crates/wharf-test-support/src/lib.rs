@@ -1,1 +1,188 @@
-//! wharf-test-support
+//! Helpers for integration tests: hosts and testbeds on ephemeral
+//! 127.0.0.1 ports, a plain HTTP client that reports truncated bodies as
+//! errors, and bounded polling instead of fixed sleeps.
+//!
+//! Tests build what `wharf serve` builds (`wharf::build_host`) and hand it
+//! to [`spawn_host`]; this crate knows the host, not the services.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use wharf_host::{HostBuilder, RunSummary};
+
+pub use wharf_testbed::{expected_body, spawn as spawn_testbed, TestbedHandle};
+
+/// A host serving in a background task until [`RunningHost::stop`] or drop.
+pub struct RunningHost {
+    /// The service listener.
+    pub addr: SocketAddr,
+    /// The admin listener.
+    pub admin_addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<RunSummary>>,
+}
+
+impl RunningHost {
+    /// `http://ADDR` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// `http://ADMIN` + `path`.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin_addr, path)
+    }
+
+    /// Signals shutdown and waits for the drain to finish.
+    pub async fn stop(mut self) -> RunSummary {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let task = self.task.take().expect("the task is only taken by stop");
+        task.await.expect("the host task does not panic")
+    }
+}
+
+impl Drop for RunningHost {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Binds `builder` (its config should use port 0) and serves it.
+pub async fn spawn_host(builder: HostBuilder) -> RunningHost {
+    let host = builder
+        .bind()
+        .await
+        .expect("test host binds port 0 on 127.0.0.1");
+    let (addr, admin_addr) = (host.local_addr(), host.admin_addr());
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(host.run(async move {
+        let _ = rx.await;
+    }));
+    RunningHost {
+        addr,
+        admin_addr,
+        shutdown: Some(tx),
+        task: Some(task),
+    }
+}
+
+/// A response read to its end.
+#[derive(Debug)]
+pub struct TestResponse {
+    /// Status code.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// The body, or the error that cut it short (a truncation).
+    pub body: Result<Bytes, String>,
+}
+
+impl TestResponse {
+    /// A header's value as text ("" when absent).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// The complete body; panics (test failure) on a truncated one.
+    pub fn bytes(&self) -> &Bytes {
+        match &self.body {
+            Ok(bytes) => bytes,
+            Err(error) => panic!("body truncated: {error}"),
+        }
+    }
+
+    /// The body parsed as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(self.bytes()).expect("body is JSON")
+    }
+}
+
+/// `GET url` on a fresh connection, with extra request headers.
+pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> TestResponse {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let mut request = Request::get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Empty::new()).expect("test request is valid");
+    let response = client
+        .request(request)
+        .await
+        .expect("request gets a response head");
+    let (parts, body) = response.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|error| format!("{error:?}"));
+    TestResponse {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// `GET url` on a fresh connection.
+pub async fn get(url: &str) -> TestResponse {
+    get_with(url, &[]).await
+}
+
+/// Sends raw bytes on a new connection and reads until the peer closes or
+/// `timeout` passes; returns what was read.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> Vec<u8> {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to test server");
+    stream.write_all(request).await.expect("write raw request");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(timeout, stream.read_to_end(&mut out)).await;
+    out
+}
+
+/// Polls `check` every 10 ms until it returns true or `limit` passes;
+/// returns whether it became true.
+pub async fn poll_until<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Percent-encodes a URL for the proxy's `url` parameter.
+pub fn encode(url: &str) -> String {
+    let mut out = String::with_capacity(url.len() * 3);
+    for byte in url.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,10 @@
+//! wharf's integration tests: real servers on 127.0.0.1 ephemeral ports,
+//! the testbed as origin, real HTTP. One target, so it is built once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod check;
+mod proxy_cache;
+mod proxy_errors;
+mod proxy_ssrf;
+mod proxy_stream;
+mod support;
