@@ -1,0 +1,410 @@
+//! The performance counter catalogue (SPEC §5) and its Prometheus text
+//! exposition for `GET {admin}/metrics`.
+//!
+//! Seed 004 read WCF's counters (Calls Outstanding, PercentOfMaxCalls, …)
+//! to see throttles at work; these are the same counters under stable
+//! names. Every metric is registered, and every per-service series created,
+//! at start, so a scrape shows them at zero before the first call.
+//!
+//! Hot paths hold pre-resolved handles ([`ServiceMetrics`], [`CacheMetrics`],
+//! [`UpstreamMetrics`]): an increment is an atomic add, not a map lookup.
+//! Values that live elsewhere (bulkhead counts, cache bytes) are sampled at
+//! scrape time by the samplers given to [`Metrics::add_sampler`].
+
+pub mod names;
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+type Labels = Vec<(&'static str, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Reads a live value into the metrics just before a scrape.
+pub type Sampler = Box<dyn Fn() + Send + Sync>;
+
+/// Every wharf metric, registered once.
+pub struct Metrics {
+    registry: Registry,
+    samplers: Mutex<Vec<Sampler>>,
+    calls_outstanding: Family<Labels, Gauge>,
+    calls_queued: Family<Labels, Gauge>,
+    percent_of_max_calls: Family<Labels, FloatGauge>,
+    calls_total: Family<Labels, Counter>,
+    call_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    throttled_total: Family<Labels, Counter>,
+    sessions_active: Gauge,
+    percent_of_max_sessions: FloatGauge,
+    cache_requests_total: Family<Labels, Counter>,
+    cache_bytes: Family<Labels, Gauge>,
+    cache_evictions_total: Family<Labels, Counter>,
+    upstream_requests_total: Family<Labels, Counter>,
+    startup_phase_seconds: Family<Labels, FloatGauge>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn duration_histogram() -> Histogram {
+    // 100 µs … ~105 s in ×2 steps: covers cache hits and seed 002's 6 s calls.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 21))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers the whole catalogue.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let calls_outstanding = Family::default();
+        let calls_queued = Family::default();
+        let percent_of_max_calls = Family::default();
+        let calls_total = Family::default();
+        let call_duration = Family::new_with_constructor(duration_histogram as fn() -> Histogram);
+        let throttled_total = Family::default();
+        let sessions_active = Gauge::default();
+        let percent_of_max_sessions = FloatGauge::default();
+        let cache_requests_total = Family::default();
+        let cache_bytes = Family::default();
+        let cache_evictions_total = Family::default();
+        let upstream_requests_total = Family::default();
+        let startup_phase_seconds = Family::default();
+        // prometheus-client appends `_total` to counters and the unit to
+        // metrics registered with one: names below are given without them.
+        let counter_name = |name: &'static str| name.trim_end_matches("_total");
+        registry.register(
+            names::CALLS_OUTSTANDING,
+            "Calls of the service being processed (holding a slot)",
+            calls_outstanding.clone(),
+        );
+        registry.register(
+            names::CALLS_QUEUED,
+            "Calls of the service waiting for a slot",
+            calls_queued.clone(),
+        );
+        registry.register(
+            names::PERCENT_OF_MAX_CALLS,
+            "(processing + queued) / max_concurrent_calls x 100",
+            percent_of_max_calls.clone(),
+        );
+        registry.register(
+            counter_name(names::CALLS_TOTAL),
+            "Calls answered, by status code",
+            calls_total.clone(),
+        );
+        registry.register_with_unit(
+            "wharf_call_duration",
+            "Time from dispatch to response head",
+            Unit::Seconds,
+            call_duration.clone(),
+        );
+        registry.register(
+            counter_name(names::THROTTLED_TOTAL),
+            "Calls refused by the bulkhead (queue full or queue timeout)",
+            throttled_total.clone(),
+        );
+        registry.register(
+            names::SESSIONS_ACTIVE,
+            "Client connections open on the service listener",
+            sessions_active.clone(),
+        );
+        registry.register(
+            names::PERCENT_OF_MAX_SESSIONS,
+            "sessions_active / max_connections x 100",
+            percent_of_max_sessions.clone(),
+        );
+        registry.register(
+            counter_name(names::CACHE_REQUESTS_TOTAL),
+            "Proxy calls by cache result",
+            cache_requests_total.clone(),
+        );
+        registry.register(
+            names::CACHE_BYTES,
+            "Bytes held by the memory cache",
+            cache_bytes.clone(),
+        );
+        registry.register(
+            counter_name(names::CACHE_EVICTIONS_TOTAL),
+            "Entries evicted to make room",
+            cache_evictions_total.clone(),
+        );
+        registry.register(
+            counter_name(names::UPSTREAM_REQUESTS_TOTAL),
+            "Requests sent upstream, by outcome",
+            upstream_requests_total.clone(),
+        );
+        registry.register_with_unit(
+            "wharf_startup_phase",
+            "Duration of each start-up phase",
+            Unit::Seconds,
+            startup_phase_seconds.clone(),
+        );
+        Self {
+            registry,
+            samplers: Mutex::new(Vec::new()),
+            calls_outstanding,
+            calls_queued,
+            percent_of_max_calls,
+            calls_total,
+            call_duration,
+            throttled_total,
+            sessions_active,
+            percent_of_max_sessions,
+            cache_requests_total,
+            cache_bytes,
+            cache_evictions_total,
+            upstream_requests_total,
+            startup_phase_seconds,
+        }
+    }
+
+    /// Creates the series of one service (at zero) and returns its handles.
+    pub fn service(&self, service: &str) -> ServiceMetrics {
+        let labels = vec![("service", service.to_owned())];
+        let _ = self.throttled_total.get_or_create(&labels);
+        // The common outcomes exist from start; other codes appear when seen.
+        for code in ["200", "503"] {
+            let _ = self.calls_total.get_or_create(&code_labels(service, code));
+        }
+        ServiceMetrics {
+            service: service.to_owned(),
+            outstanding: self.calls_outstanding.get_or_create_owned(&labels),
+            queued: self.calls_queued.get_or_create_owned(&labels),
+            percent_of_max: self.percent_of_max_calls.get_or_create_owned(&labels),
+            duration: self.call_duration.get_or_create_owned(&labels),
+            throttled: self.throttled_total.get_or_create_owned(&labels),
+            calls_total: self.calls_total.clone(),
+            by_code: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Creates the cache series of one proxy service and returns its handles.
+    pub fn cache(&self, service: &str) -> CacheMetrics {
+        let result = |result: &str| {
+            self.cache_requests_total.get_or_create_owned(&vec![
+                ("service", service.to_owned()),
+                ("result", result.to_owned()),
+            ])
+        };
+        let labels = vec![("service", service.to_owned())];
+        CacheMetrics {
+            hit: result("hit"),
+            miss: result("miss"),
+            bypass: result("bypass"),
+            coalesced: result("coalesced"),
+            bytes: self.cache_bytes.get_or_create_owned(&labels),
+            evictions: self.cache_evictions_total.get_or_create_owned(&labels),
+            evictions_seen: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Creates the upstream series of one (service, backend) pair.
+    pub fn upstream(&self, service: &str, backend: &str) -> UpstreamMetrics {
+        let outcome = |outcome: &str| {
+            self.upstream_requests_total.get_or_create_owned(&vec![
+                ("service", service.to_owned()),
+                ("backend", backend.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+        };
+        UpstreamMetrics {
+            ok: outcome("ok"),
+            error: outcome("error"),
+            timeout: outcome("timeout"),
+        }
+    }
+
+    /// Records how long a start-up phase took.
+    pub fn startup_phase(&self, phase: &str, seconds: f64) {
+        self.startup_phase_seconds
+            .get_or_create(&vec![("phase", phase.to_owned())])
+            .set(seconds);
+    }
+
+    /// The session gauges' handles.
+    pub fn sessions(&self, max_connections: usize) -> SessionMetrics {
+        SessionMetrics {
+            active: self.sessions_active.clone(),
+            percent: self.percent_of_max_sessions.clone(),
+            max: max_connections.max(1) as f64,
+        }
+    }
+
+    /// Adds a function run before every scrape.
+    pub fn add_sampler(&self, sampler: Sampler) {
+        self.samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sampler);
+    }
+
+    /// Samples live values and renders the Prometheus text format.
+    pub fn encode(&self) -> String {
+        for sampler in self
+            .samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            sampler();
+        }
+        let mut text = String::with_capacity(16 * 1024);
+        if encode(&mut text, &self.registry).is_err() {
+            // Writing to a String cannot fail; keep the scrape answerable anyway.
+            let _ = writeln!(text, "# encoding failed");
+        }
+        text
+    }
+}
+
+fn code_labels(service: &str, code: &str) -> Labels {
+    vec![("service", service.to_owned()), ("code", code.to_owned())]
+}
+
+/// The handles of one service's call counters.
+#[derive(Clone)]
+pub struct ServiceMetrics {
+    service: String,
+    outstanding: Gauge,
+    queued: Gauge,
+    percent_of_max: FloatGauge,
+    duration: Histogram,
+    throttled: Counter,
+    calls_total: Family<Labels, Counter>,
+    /// Counters already resolved by status code, to skip the family lock.
+    by_code: Arc<Mutex<Vec<(u16, Counter)>>>,
+}
+
+impl std::fmt::Debug for ServiceMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceMetrics")
+            .field("service", &self.service)
+            .finish()
+    }
+}
+
+impl ServiceMetrics {
+    /// Counts one answered call with its status and duration.
+    pub fn call_done(&self, code: u16, seconds: f64) {
+        self.duration.observe(seconds);
+        let mut by_code = self.by_code.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, counter)) = by_code.iter().find(|(c, _)| *c == code) {
+            counter.inc();
+            return;
+        }
+        let counter = self
+            .calls_total
+            .get_or_create_owned(&code_labels(&self.service, &code.to_string()));
+        counter.inc();
+        by_code.push((code, counter));
+    }
+
+    /// Counts one call refused by the bulkhead.
+    pub fn throttled(&self) {
+        self.throttled.inc();
+    }
+
+    /// Sets the bulkhead gauges (called by a sampler).
+    pub fn set_load(&self, processing: usize, queued: usize, percent_of_max: f64) {
+        self.outstanding.set(processing as i64);
+        self.queued.set(queued as i64);
+        self.percent_of_max.set(percent_of_max);
+    }
+}
+
+/// The handles of one proxy service's cache counters.
+#[derive(Debug, Clone)]
+pub struct CacheMetrics {
+    hit: Counter,
+    miss: Counter,
+    bypass: Counter,
+    coalesced: Counter,
+    bytes: Gauge,
+    evictions: Counter,
+    /// The cache's own eviction count at the last sample.
+    evictions_seen: Arc<AtomicU64>,
+}
+
+impl CacheMetrics {
+    /// Counts one call by its `x-cache` result: hit, miss, bypass, coalesced.
+    pub fn request(&self, result: &str) {
+        match result {
+            "hit" => self.hit.inc(),
+            "miss" => self.miss.inc(),
+            "coalesced" => self.coalesced.inc(),
+            _ => self.bypass.inc(),
+        };
+    }
+
+    /// Sets bytes held and catches the eviction counter up with the
+    /// cache's own running total (called by a sampler).
+    pub fn sample(&self, bytes: u64, evictions_total: u64) {
+        self.bytes.set(bytes.min(i64::MAX as u64) as i64);
+        let before = self.evictions_seen.swap(evictions_total, Ordering::Relaxed);
+        self.evictions
+            .inc_by(evictions_total.saturating_sub(before));
+    }
+}
+
+/// The handles of one upstream's outcome counters.
+#[derive(Debug, Clone)]
+pub struct UpstreamMetrics {
+    ok: Counter,
+    error: Counter,
+    timeout: Counter,
+}
+
+/// How an upstream request ended, as the `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A response head arrived.
+    Ok,
+    /// Connect or protocol failure.
+    Error,
+    /// A deadline passed.
+    Timeout,
+}
+
+impl UpstreamMetrics {
+    /// Counts one upstream request.
+    pub fn record(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Ok => self.ok.inc(),
+            Outcome::Error => self.error.inc(),
+            Outcome::Timeout => self.timeout.inc(),
+        };
+    }
+}
+
+/// The session gauges.
+#[derive(Debug, Clone)]
+pub struct SessionMetrics {
+    active: Gauge,
+    percent: FloatGauge,
+    max: f64,
+}
+
+impl SessionMetrics {
+    /// Sets the number of open sessions.
+    pub fn set_active(&self, active: usize) {
+        self.active.set(active as i64);
+        self.percent.set(active as f64 * 100.0 / self.max);
+    }
+}
+
+#[cfg(test)]
+mod tests;

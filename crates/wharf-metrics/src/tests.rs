@@ -1,0 +1,80 @@
+use super::*;
+
+#[test]
+fn every_metric_is_present_at_zero_from_start() {
+    let metrics = Metrics::new();
+    let _service = metrics.service("proxy");
+    let _cache = metrics.cache("proxy");
+    let _upstream = metrics.upstream("proxy", "origin");
+    let _sessions = metrics.sessions(100);
+    metrics.startup_phase("config_load", 0.001);
+    let text = metrics.encode();
+    for name in names::ALL {
+        assert!(
+            text.lines().any(|line| line.starts_with(name)),
+            "{name} missing from:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("wharf_calls_outstanding{service=\"proxy\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_cache_requests_total{service=\"proxy\",result=\"coalesced\"} 0"),
+        "{text}"
+    );
+    assert!(text.contains("wharf_upstream_requests_total{service=\"proxy\",backend=\"origin\",outcome=\"timeout\"} 0"), "{text}");
+}
+
+#[test]
+fn counts_and_samples_show_up() {
+    let metrics = Metrics::new();
+    let service = metrics.service("s");
+    let cache = metrics.cache("s");
+    service.call_done(200, 0.01);
+    service.call_done(200, 0.01);
+    service.call_done(404, 0.5);
+    service.throttled();
+    let sampled = service.clone();
+    metrics.add_sampler(Box::new(move || sampled.set_load(10, 5, 150.0)));
+    cache.request("hit");
+    cache.sample(1234, 3);
+    cache.sample(1234, 5);
+    let text = metrics.encode();
+    assert!(
+        text.contains("wharf_calls_total{service=\"s\",code=\"200\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_calls_total{service=\"s\",code=\"404\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_throttled_total{service=\"s\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_calls_outstanding{service=\"s\"} 10"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_calls_queued{service=\"s\"} 5"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_percent_of_max_calls{service=\"s\"} 150.0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_cache_evictions_total{service=\"s\"} 5"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_cache_bytes{service=\"s\"} 1234"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_call_duration_seconds_count{service=\"s\"} 3"),
+        "{text}"
+    );
+}
