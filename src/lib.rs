@@ -27,11 +27,12 @@ pub fn build_host(config: &Config) -> Result<HostBuilder, UnsupportedService> {
     for service in &config.services {
         match &service.kind {
             ServiceKind::Proxy(proxy) => {
-                let mount = Mount::Exact(proxy.path.clone());
+                let proxy_service = ProxyService::new(&service.name, proxy, host.metrics());
                 host = host.mount(
                     service.name.clone(),
-                    mount,
-                    ProxyService::new(proxy).into_host_service(),
+                    Mount::Exact(proxy.path.clone()),
+                    &service.limits,
+                    proxy_service.into_host_service(),
                 );
             }
             ServiceKind::Route(_) => {

@@ -1,44 +1,124 @@
-//! The admin listener's endpoints: liveness and readiness.
+//! The admin listener: `/metrics`, `/debug/inflight`, `/healthz`, `/readyz`.
 //!
-//! Bound separately from the service listener (loopback by default) so that
+//! Bound separately from the service listener (loopback by default) so
 //! operators' probes neither count as sessions nor compete with calls.
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{header, HeaderValue, Request, Response, StatusCode};
-use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tracing::{debug, warn};
+use wharf_metrics::Metrics;
 
 use crate::body::{full, ResponseBody};
+use crate::call::Inflight;
 use crate::error::json_error;
 
-/// State the admin endpoints report on.
-#[derive(Debug, Default)]
+/// What the admin endpoints report on.
+#[derive(Debug)]
 pub struct AdminState {
     /// Set once the service listener accepts calls; cleared when draining.
-    pub ready: AtomicBool,
+    ready: AtomicBool,
+    metrics: Arc<Metrics>,
+    inflight: Arc<Inflight>,
+}
+
+impl AdminState {
+    pub(crate) fn new(metrics: Arc<Metrics>, inflight: Arc<Inflight>) -> Self {
+        Self {
+            ready: AtomicBool::new(false),
+            metrics,
+            inflight,
+        }
+    }
+
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// The host's counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The host's calls in flight.
+    pub fn inflight(&self) -> &Arc<Inflight> {
+        &self.inflight
+    }
 }
 
 /// Answers one admin request.
-pub fn respond(state: &Arc<AdminState>, request: &Request<Incoming>) -> Response<ResponseBody> {
+pub fn respond<B>(state: &AdminState, request: &Request<B>) -> Response<ResponseBody> {
     match request.uri().path() {
-        "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if state.ready.load(Ordering::Acquire) => text(StatusCode::OK, "ready\n"),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/healthz" => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
+        "/readyz" if state.ready.load(Ordering::Acquire) => text(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            "ready\n".into(),
+        ),
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            "not ready\n".into(),
+        ),
+        "/metrics" => text(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            state.metrics.encode(),
+        ),
+        "/debug/inflight" => {
+            let calls = state.inflight.snapshot();
+            let body = serde_json::to_string(&calls).unwrap_or_else(|_| "[]".to_owned());
+            text(StatusCode::OK, "application/json", body)
+        }
         path => json_error(
             StatusCode::NOT_FOUND,
             "not_found",
-            &format!("no admin endpoint at {path} (try /healthz or /readyz)"),
+            &format!(
+                "no admin endpoint at {path} (try /metrics, /debug/inflight, /healthz, /readyz)"
+            ),
         ),
     }
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response<ResponseBody> {
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<ResponseBody> {
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
     response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Serves the admin listener until the task is aborted.
+pub(crate) async fn serve(listener: TcpListener, state: Arc<AdminState>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                warn!(error = %error, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = respond(&state, &request);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            if let Err(error) = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                debug!(peer = %peer, error = %error, "admin connection ended with error");
+            }
+        });
+    }
 }

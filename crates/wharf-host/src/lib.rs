@@ -1,25 +1,33 @@
-//! The service host: listeners, sessions, dispatch to services by path, the
-//! JSON error shape, and the admin endpoints.
+//! The service host: listeners, sessions, dispatch to services by path,
+//! the host's qualities around every service, and the admin endpoints.
 //!
 //! A service is any tower service from `Request<Incoming>` to
 //! `Response<ResponseBody>` that never fails (errors are responses): the
-//! built-in proxy is one, and a program embedding wharf registers its own the
-//! same way with [`HostBuilder::mount`]. The host owns everything around the
-//! call (connections, limits on request heads, shutdown); services own what
-//! a call does. Services never know about each other.
+//! built-in proxy is one, and a program embedding wharf mounts its own the
+//! same way with [`HostBuilder::mount`], getting the same bulkhead,
+//! counters, tracing and lifecycle ([`stack`]). Services never know about
+//! each other.
 //!
 //! Main types: [`HostBuilder`] → [`Host`] (bound, not yet serving) →
 //! [`Host::run`]; [`Mount`] says which requests reach a service;
-//! [`error::json_error`] is the one error body every service uses.
+//! [`error::json_error`] is the one error body every service uses;
+//! [`call::CallContext`] is how a service reports its phases.
 
 pub mod admin;
 pub mod body;
+pub mod call;
+mod dispatch;
 pub mod error;
+pub mod layers;
 mod registry;
 mod server;
 pub mod service;
+mod session;
+mod stack;
 
 pub use body::ResponseBody;
+pub use call::{CallContext, Phase};
 pub use registry::Mount;
 pub use server::{Host, HostBuilder, HostError, RunSummary};
 pub use service::{handler, HostService};
+pub use wharf_metrics as metrics;

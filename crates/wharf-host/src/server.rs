@@ -1,30 +1,27 @@
 //! Listeners and sessions: accepts connections within `max_connections`,
-//! serves HTTP/1.1 and h2c on each, dispatches calls to services, and
-//! drains on shutdown.
+//! serves HTTP/1.1 and h2c on each, and drains on shutdown.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
-use tower::ServiceExt;
-use tracing::{debug, info, warn, Instrument};
-use wharf_config::ServerConfig;
+use tokio::sync::{watch, Notify, Semaphore};
+use tracing::{debug, info, warn};
+use wharf_config::{LimitsConfig, ServerConfig};
+use wharf_metrics::{Metrics, SessionMetrics};
 
 use crate::admin::{self, AdminState};
-use crate::body::ResponseBody;
-use crate::error::json_error;
+use crate::call::Inflight;
+use crate::dispatch::{dispatch, Dispatcher};
 use crate::registry::{Mount, Mounted, Registry};
 use crate::service::HostService;
+use crate::session::{ClockedStream, SessionClock, Verdict};
+use crate::stack::hosted;
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +42,8 @@ pub enum HostError {
 pub struct HostBuilder {
     server: ServerConfig,
     registry: Registry,
+    metrics: Arc<Metrics>,
+    inflight: Arc<Inflight>,
 }
 
 impl HostBuilder {
@@ -53,16 +52,29 @@ impl HostBuilder {
         Self {
             server,
             registry: Registry::default(),
+            metrics: Arc::new(Metrics::new()),
+            inflight: Arc::new(Inflight::default()),
         }
     }
 
-    /// Makes `service` answer the requests `mount` selects, under `name`.
-    pub fn mount(mut self, name: impl Into<String>, mount: Mount, service: HostService) -> Self {
-        let mounted = Mounted {
-            name: name.into(),
-            service,
-        };
-        self.registry.insert(mount, mounted);
+    /// The host's counters, for services that add their own series.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Makes `service` answer the requests `mount` selects, under `name`,
+    /// with the host's qualities around it: its own bulkhead (`limits`),
+    /// counters, tracing and `/debug/inflight` entry.
+    pub fn mount(
+        mut self,
+        name: impl Into<String>,
+        mount: Mount,
+        limits: &LimitsConfig,
+        service: HostService,
+    ) -> Self {
+        let name = name.into();
+        let service = hosted(&name, limits, &self.metrics, &self.inflight, service);
+        self.registry.insert(mount, Mounted { name, service });
         self
     }
 
@@ -73,37 +85,44 @@ impl HostBuilder {
                 .await
                 .map_err(|source| HostError::Bind { role, addr, source })
         };
+        let started = Instant::now();
         let listener = bind("service", self.server.listen).await?;
         let admin = bind("admin", self.server.admin_listen).await?;
+        self.metrics
+            .startup_phase("bind", started.elapsed().as_secs_f64());
+        let sessions = Arc::new(Sessions {
+            open: AtomicUsize::new(0),
+            all_closed: Notify::new(),
+            metrics: self.metrics.sessions(self.server.max_connections),
+        });
+        let session_limits = SessionLimits {
+            header_read_timeout: self.server.header_read_timeout,
+            idle_timeout: self.server.idle_timeout,
+        };
         Ok(Host {
             listener,
             admin,
-            shared: Arc::new(Shared {
+            dispatcher: Arc::new(Dispatcher {
                 registry: self.registry,
                 max_header_bytes: self.server.max_header_bytes,
-                calls_in_flight: AtomicUsize::new(0),
             }),
+            admin_state: Arc::new(AdminState::new(self.metrics, self.inflight)),
+            sessions,
+            session_limits,
             server: self.server,
-            admin_state: Arc::new(AdminState::default()),
         })
     }
-}
-
-/// What every connection task needs, shared read-only (plus one counter).
-struct Shared {
-    registry: Registry,
-    max_header_bytes: usize,
-    /// Calls whose response future has not finished; reported at shutdown.
-    calls_in_flight: AtomicUsize,
 }
 
 /// A host with bound listeners, ready to [`Host::run`].
 pub struct Host {
     listener: TcpListener,
     admin: TcpListener,
-    shared: Arc<Shared>,
-    server: ServerConfig,
+    dispatcher: Arc<Dispatcher>,
     admin_state: Arc<AdminState>,
+    sessions: Arc<Sessions>,
+    session_limits: SessionLimits,
+    server: ServerConfig,
 }
 
 /// How a run ended.
@@ -111,6 +130,40 @@ pub struct Host {
 pub struct RunSummary {
     /// Calls still running when `shutdown_timeout` expired.
     pub calls_cut: usize,
+}
+
+/// Open sessions, for the session gauges and the drain.
+struct Sessions {
+    open: AtomicUsize,
+    /// Notified when the last session closes.
+    all_closed: Notify,
+    metrics: SessionMetrics,
+}
+
+impl Sessions {
+    fn opened(self: &Arc<Self>) -> SessionGuard {
+        let open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
+        self.metrics.set_active(open);
+        SessionGuard(self.clone())
+    }
+}
+
+struct SessionGuard(Arc<Sessions>);
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        let open = self.0.open.fetch_sub(1, Ordering::AcqRel) - 1;
+        self.0.metrics.set_active(open);
+        if open == 0 {
+            self.0.all_closed.notify_waiters();
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SessionLimits {
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 impl Host {
@@ -128,32 +181,43 @@ impl Host {
             .expect("a bound TCP listener has a local address")
     }
 
+    /// The host's counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        self.admin_state.metrics()
+    }
+
     /// Serves until `shutdown` resolves, then stops accepting, lets calls in
     /// flight finish for up to `shutdown_timeout`, and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
         let Host {
             listener,
             admin,
-            shared,
-            server,
+            dispatcher,
             admin_state,
+            sessions,
+            session_limits,
+            server,
         } = self;
-        let services: Vec<&str> = shared.registry.names().collect();
-        info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), ?services, "accepting calls");
-        let builder = connection_builder(&server);
-        let graceful = GracefulShutdown::new();
-        let sessions = Arc::new(Semaphore::new(server.max_connections));
-        let admin_task = tokio::spawn(serve_admin(admin, admin_state.clone()));
-        admin_state.ready.store(true, Ordering::Release);
+        let builder = Arc::new(connection_builder(&server));
+        let slots = Arc::new(Semaphore::new(server.max_connections));
+        let (stop_sessions, session_stop) = watch::channel(false);
+        let admin_task = tokio::spawn(admin::serve(admin, admin_state.clone()));
+        admin_state.set_ready(true);
+        let services: Vec<&str> = dispatcher.registry.names().collect();
+        info!(
+            addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            ?services,
+            "accepting calls"
+        );
 
         tokio::pin!(shutdown);
         loop {
             // Take a session slot before accepting: beyond max_connections,
             // new connections wait in the kernel's backlog.
-            let permit = tokio::select! {
+            let slot = tokio::select! {
                 () = &mut shutdown => break,
-                permit = sessions.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
+                slot = slots.clone().acquire_owned() => match slot {
+                    Ok(slot) => slot,
                     Err(_closed) => break,
                 },
             };
@@ -169,26 +233,44 @@ impl Host {
                     }
                 },
             };
-            let connection = serve_connection(&builder, stream, peer, shared.clone());
-            let watched = graceful.watch(connection);
+            let session = sessions.opened();
+            let task = serve_session(
+                builder.clone(),
+                stream,
+                peer,
+                dispatcher.clone(),
+                session_stop.clone(),
+                session_limits,
+            );
             tokio::spawn(async move {
-                if let Err(error) = watched.await {
-                    debug!(peer = %peer, error = %error, "connection ended with error");
-                }
-                drop(permit);
+                task.await;
+                drop(session);
+                drop(slot);
             });
         }
 
-        admin_state.ready.store(false, Ordering::Release);
+        admin_state.set_ready(false);
         drop(listener);
+        let in_flight = admin_state.inflight().len();
         info!(
-            in_flight = shared.calls_in_flight.load(Ordering::Relaxed),
+            in_flight,
+            sessions = sessions.open.load(Ordering::Acquire),
             "draining"
         );
-        let drained = tokio::time::timeout(server.shutdown_timeout, graceful.shutdown()).await;
+        let _ = stop_sessions.send(true);
+        let drained = tokio::time::timeout(server.shutdown_timeout, async {
+            loop {
+                let closed = sessions.all_closed.notified();
+                if sessions.open.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                closed.await;
+            }
+        })
+        .await;
         let calls_cut = match drained {
             Ok(()) => 0,
-            Err(_elapsed) => shared.calls_in_flight.load(Ordering::Relaxed),
+            Err(_elapsed) => admin_state.inflight().len(),
         };
         admin_task.abort();
         info!(calls_cut, "stopped");
@@ -201,7 +283,9 @@ fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(server.header_read_timeout)
+        // The session watchdog enforces header_read_timeout; hyper's own
+        // timer would also close idle keep-alive connections early.
+        .header_read_timeout(None)
         .keep_alive(true)
         // hyper answers 431 itself past its buffer; below that the
         // dispatcher checks max_header_bytes and answers with JSON.
@@ -213,105 +297,57 @@ fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-fn serve_connection(
-    builder: &auto::Builder<TokioExecutor>,
+/// Serves one connection until it ends, enforcing the session timeouts
+/// and closing gracefully when the host drains.
+async fn serve_session(
+    builder: Arc<auto::Builder<TokioExecutor>>,
     stream: TcpStream,
     peer: SocketAddr,
-    shared: Arc<Shared>,
-) -> impl hyper_util::server::graceful::GracefulConnection<Error = crate::body::BoxError> {
+    dispatcher: Arc<Dispatcher>,
+    mut stop: watch::Receiver<bool>,
+    limits: SessionLimits,
+) {
     if let Err(error) = stream.set_nodelay(true) {
         debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
     }
-    let service = hyper::service::service_fn(move |request| dispatch(shared.clone(), request));
-    builder
-        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-        .into_owned()
-}
-
-/// Routes one call to its service, after the host's own checks.
-async fn dispatch(
-    shared: Arc<Shared>,
-    request: Request<Incoming>,
-) -> Result<Response<ResponseBody>, Infallible> {
-    let head_bytes = request_head_bytes(&request);
-    if head_bytes > shared.max_header_bytes {
-        return Ok(json_error(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "headers_too_large",
-            &format!(
-                "request head is {head_bytes} bytes, over max_header_bytes ({})",
-                shared.max_header_bytes
-            ),
-        ));
-    }
-    let Some(mounted) = shared.registry.find(request.uri().path()) else {
-        return Ok(json_error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no service at {}", request.uri().path()),
-        ));
-    };
-    let span = tracing::info_span!(
-        "call",
-        service = %mounted.name,
-        method = %request.method(),
-        target = %request.uri(),
-    );
-    let service = mounted.service.clone();
-    shared.calls_in_flight.fetch_add(1, Ordering::Relaxed);
-    let _in_flight = InFlight(&shared.calls_in_flight);
-    service.oneshot(request).instrument(span).await
-}
-
-/// Decrements the in-flight count however the call ends (also when the
-/// client goes away and the future is dropped).
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Size of the request line and headers as sent (approximately, for h2).
-fn request_head_bytes<B>(request: &Request<B>) -> usize {
-    let line = request.method().as_str().len()
-        + request
-            .uri()
-            .path_and_query()
-            .map_or(1, |pq| pq.as_str().len())
-        + 12;
-    let headers: usize = request
-        .headers()
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len() + 4)
-        .sum();
-    line + headers
-}
-
-async fn serve_admin(listener: TcpListener, state: Arc<AdminState>) {
+    let clock = SessionClock::new();
+    let io = TokioIo::new(ClockedStream::new(stream, clock.clone()));
+    let service_clock = clock.clone();
+    let service = hyper::service::service_fn(move |request| {
+        dispatch(dispatcher.clone(), service_clock.call_started(), request)
+    });
+    let connection = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(connection);
+    let mut closing = false;
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                warn!(error = %error, "admin accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+        let wake = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
+            Verdict::WaitUntil(instant) => instant,
+            Verdict::HeadTimedOut => {
+                debug!(peer = %peer, "request head not received within header_read_timeout; closing");
+                return;
+            }
+            Verdict::Idle if closing => tokio::time::Instant::now() + limits.idle_timeout,
+            Verdict::Idle => {
+                debug!(peer = %peer, "idle_timeout; closing");
+                closing = true;
+                connection.as_mut().graceful_shutdown();
                 continue;
             }
         };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let response = admin::respond(&state, &request);
-                async move { Ok::<_, Infallible>(response) }
-            });
-            let builder = auto::Builder::new(TokioExecutor::new());
-            if let Err(error) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(peer = %peer, error = %error, "admin connection ended with error");
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    debug!(peer = %peer, error = %error, "connection ended with error");
+                }
+                return;
             }
-        });
+            changed = stop.changed(), if !closing => {
+                if changed.is_ok() {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+            () = tokio::time::sleep_until(wake) => {}
+        }
     }
 }

@@ -13,6 +13,7 @@ use url::Url;
 use wharf_cache::{
     CachedResponse, FillRegistry, FillWriter, MemoryCache, PushOutcome, ResponseHead,
 };
+use wharf_host::metrics::UpstreamMetrics;
 
 use crate::body::OriginBody;
 use crate::error::ProxyError;
@@ -29,6 +30,7 @@ pub(crate) struct FillJob {
     pub(crate) ttl: Duration,
     pub(crate) max_object_bytes: u64,
     pub(crate) total_timeout: Duration,
+    pub(crate) upstream_metrics: UpstreamMetrics,
 }
 
 impl FillJob {
@@ -82,7 +84,10 @@ impl FillJob {
         writer: &FillWriter,
         deadline: tokio::time::Instant,
     ) -> Result<Option<Arc<ResponseHead>>, ProxyError> {
-        let response = self.origin.fetch(&self.target).await?;
+        let fetched = self.origin.fetch(&self.target).await;
+        self.upstream_metrics
+            .record(crate::service::upstream_outcome(&fetched));
+        let response = fetched?;
         let (parts, incoming) = response.into_parts();
         let reason = not_cacheable_reason(parts.status, &parts.headers, self.max_object_bytes);
         if let Some(reason) = reason {

@@ -11,7 +11,8 @@ use tracing::debug;
 use wharf_cache::{CachedResponse, FillReader, FillRegistry, Joined, MemoryCache, ResponseHead};
 use wharf_config::ProxyConfig;
 use wharf_host::error::json_error;
-use wharf_host::{handler, HostService, ResponseBody};
+use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
+use wharf_host::{handler, CallContext, HostService, Phase, ResponseBody};
 
 use crate::body::{from_entry, from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
@@ -56,6 +57,8 @@ pub struct ProxyService {
 }
 
 struct Inner {
+    cache_metrics: CacheMetrics,
+    upstream_metrics: UpstreamMetrics,
     policy: Arc<DestinationPolicy>,
     origin: Origin,
     cache: Arc<MemoryCache>,
@@ -66,21 +69,33 @@ struct Inner {
 }
 
 impl ProxyService {
-    /// Builds the proxy: its destination policy, origin pool and cache are
-    /// created here, at start, never lazily on the first call.
-    pub fn new(config: &ProxyConfig) -> Self {
+    /// Builds the proxy of service `name`: its destination policy, origin
+    /// pool, cache and counters are created here, at start, never lazily
+    /// on the first call.
+    pub fn new(name: &str, config: &ProxyConfig, metrics: &Metrics) -> Self {
         let policy = Arc::new(DestinationPolicy::new(
             config.allow_private_networks,
             &config.allow_hosts,
         ));
+        let cache = Arc::new(MemoryCache::new(
+            config.cache_max_bytes,
+            config.max_object_bytes,
+        ));
+        let cache_metrics = metrics.cache(name);
+        let sampled = (cache.clone(), cache_metrics.clone());
+        metrics.add_sampler(Box::new(move || {
+            let (cache, metrics) = &sampled;
+            metrics.sample(cache.bytes(), cache.evictions());
+        }));
         Self {
             inner: Arc::new(Inner {
+                cache_metrics,
+                // Origins are open-ended: one label value for all of them
+                // keeps the number of series bounded.
+                upstream_metrics: metrics.upstream(name, "origin"),
                 origin: Origin::new(config, policy.clone()),
                 policy,
-                cache: Arc::new(MemoryCache::new(
-                    config.cache_max_bytes,
-                    config.max_object_bytes,
-                )),
+                cache,
                 fills: Arc::new(FillRegistry::new()),
                 max_ttl: config.max_ttl,
                 max_object_bytes: config.max_object_bytes,
@@ -106,7 +121,10 @@ impl ProxyService {
 impl Inner {
     async fn call(self: Arc<Self>, request: Request<Incoming>) -> Response<ResponseBody> {
         match self.serve(request).await {
-            Ok(response) => response,
+            Ok((response, result)) => {
+                self.cache_metrics.request(result.as_str());
+                response
+            }
             Err(error) => {
                 debug!(error = %error, status = error.status().as_u16(), "call refused or failed");
                 json_error(error.status(), error.kind(), &error.to_string())
@@ -117,11 +135,12 @@ impl Inner {
     async fn serve(
         self: &Arc<Self>,
         request: Request<Incoming>,
-    ) -> Result<Response<ResponseBody>, ProxyError> {
+    ) -> Result<(Response<ResponseBody>, CacheResult), ProxyError> {
         if request.method() != Method::GET {
             return Err(ProxyError::Method(request.method().clone()));
         }
         let call = ProxyRequest::from_query(request.uri().query())?;
+        let phases = Phases(request.extensions().get::<CallContext>().cloned());
         drop(request);
         self.policy
             .check_url(&call.target)
@@ -130,14 +149,17 @@ impl Inner {
                 source,
             })?;
         if call.cache_duration == 0 {
-            return self.pass_through(&call).await;
+            let response = self.pass_through(&call, &phases).await?;
+            return Ok((response, CacheResult::Bypass));
         }
         let key = call.cache_key();
+        phases.enter(Phase::CacheLookup);
         if let Some(entry) = self.cache.get(key, Instant::now()) {
-            return Ok(hit_response(&entry));
+            return Ok((hit_response(&entry), CacheResult::Hit));
         }
+        phases.enter(Phase::UpstreamConnect);
         match self.fills.join_or_start(key, self.max_object_bytes) {
-            Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced).await,
+            Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced, &phases).await,
             Joined::Leader(writer, reader) => {
                 let ttl = Duration::from_secs(call.cache_duration).min(self.max_ttl);
                 FillJob {
@@ -149,9 +171,10 @@ impl Inner {
                     ttl,
                     max_object_bytes: self.max_object_bytes,
                     total_timeout: self.total_timeout,
+                    upstream_metrics: self.upstream_metrics.clone(),
                 }
                 .spawn(writer);
-                stream_fill(reader, CacheResult::Miss).await
+                stream_fill(reader, CacheResult::Miss, &phases).await
             }
         }
     }
@@ -161,15 +184,22 @@ impl Inner {
     async fn pass_through(
         &self,
         call: &ProxyRequest,
+        phases: &Phases,
     ) -> Result<Response<ResponseBody>, ProxyError> {
+        phases.enter(Phase::UpstreamConnect);
         let deadline = tokio::time::Instant::now() + self.total_timeout;
-        let response = tokio::time::timeout_at(deadline, self.origin.fetch(&call.target))
+        let fetched = tokio::time::timeout_at(deadline, self.origin.fetch(&call.target))
             .await
-            .map_err(|_elapsed| ProxyError::OriginTimeout {
-                origin: origin_label(&call.target),
-                what: "no response headers",
-                after: self.total_timeout,
-            })??;
+            .unwrap_or_else(|_elapsed| {
+                Err(ProxyError::OriginTimeout {
+                    origin: origin_label(&call.target),
+                    what: "no response headers",
+                    after: self.total_timeout,
+                })
+            });
+        self.upstream_metrics.record(upstream_outcome(&fetched));
+        let response = fetched?;
+        phases.enter(Phase::FirstByte);
         let (parts, incoming) = response.into_parts();
         let head = ResponseHead {
             status: parts.status,
@@ -185,11 +215,32 @@ impl Inner {
     }
 }
 
+/// The call's phase reporter (a no-op outside a host).
+struct Phases(Option<CallContext>);
+
+impl Phases {
+    fn enter(&self, phase: Phase) {
+        if let Some(context) = &self.0 {
+            context.enter(phase);
+        }
+    }
+}
+
+/// How an origin fetch ended, for `wharf_upstream_requests_total`.
+pub(crate) fn upstream_outcome<T>(fetched: &Result<T, ProxyError>) -> Outcome {
+    match fetched {
+        Ok(_) => Outcome::Ok,
+        Err(ProxyError::OriginTimeout { .. }) => Outcome::Timeout,
+        Err(_) => Outcome::Error,
+    }
+}
+
 /// Waits for the fill's head, then streams its body.
 async fn stream_fill(
     mut reader: FillReader,
     result: CacheResult,
-) -> Result<Response<ResponseBody>, ProxyError> {
+    phases: &Phases,
+) -> Result<(Response<ResponseBody>, CacheResult), ProxyError> {
     let head = match reader.head().await {
         Ok(head) => head,
         Err(failure) => {
@@ -202,7 +253,8 @@ async fn stream_fill(
             });
         }
     };
-    Ok(build_response(&head, from_fill(reader), result))
+    phases.enter(Phase::FirstByte);
+    Ok((build_response(&head, from_fill(reader), result), result))
 }
 
 fn hit_response(entry: &Arc<CachedResponse>) -> Response<ResponseBody> {

@@ -1,0 +1,240 @@
+//! One call's identity and phase, shared by the layers, the service and
+//! `/debug/inflight` ("why is this call slow right now").
+//!
+//! The trace layer creates a [`CallContext`] per call and puts it in the
+//! request's extensions; a service moves it through [`Phase`]s with
+//! [`CallContext::enter`], which also emits the phase's tracing event. The
+//! phase names are a stable catalogue (docs/tracing.md), like the ETW event
+//! names seeds 003 and 004 relied on.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+
+/// Where a call is. The names are stable: dashboards and log queries use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Dispatched to the service, not yet admitted by its bulkhead.
+    Received = 0,
+    /// Waiting in the bulkhead's queue for a slot.
+    Queued,
+    /// Holding a slot: the service is working on it.
+    Processing,
+    /// The proxy is looking the URL up in its cache.
+    CacheLookup,
+    /// Waiting for an upstream's response head (connect included).
+    UpstreamConnect,
+    /// The upstream's response head arrived.
+    FirstByte,
+    /// The response head went to the client; the body is streaming.
+    Body,
+    /// The body was fully sent (or the call ended).
+    BodyDone,
+}
+
+impl Phase {
+    const ALL: [Phase; 8] = [
+        Phase::Received,
+        Phase::Queued,
+        Phase::Processing,
+        Phase::CacheLookup,
+        Phase::UpstreamConnect,
+        Phase::FirstByte,
+        Phase::Body,
+        Phase::BodyDone,
+    ];
+
+    /// The stable name (`queued`, `cache_lookup`, `upstream_connect`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Received => "received",
+            Phase::Queued => "queued",
+            Phase::Processing => "processing",
+            Phase::CacheLookup => "cache_lookup",
+            Phase::UpstreamConnect => "upstream_connect",
+            Phase::FirstByte => "first_byte",
+            Phase::Body => "body",
+            Phase::BodyDone => "body_done",
+        }
+    }
+
+    fn from_u8(value: u8) -> Phase {
+        Phase::ALL
+            .get(usize::from(value))
+            .copied()
+            .unwrap_or(Phase::BodyDone)
+    }
+}
+
+/// What is known about one call in flight.
+#[derive(Debug)]
+struct CallEntry {
+    id: u64,
+    service: Arc<str>,
+    method: String,
+    target: String,
+    started: Instant,
+    phase: AtomicU8,
+}
+
+/// A handle on the current call, found in the request's extensions.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    entry: Arc<CallEntry>,
+}
+
+impl CallContext {
+    /// The call's id (also the `call_id` tracing field).
+    pub fn id(&self) -> u64 {
+        self.entry.id
+    }
+
+    /// Moves the call to `phase` and emits the phase event.
+    pub fn enter(&self, phase: Phase) {
+        self.entry.phase.store(phase as u8, Ordering::Relaxed);
+        tracing::debug!(
+            phase = phase.as_str(),
+            elapsed_ms = self.entry.started.elapsed().as_secs_f64() * 1e3,
+            "phase"
+        );
+    }
+
+    /// The phase the call is in.
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.entry.phase.load(Ordering::Relaxed))
+    }
+}
+
+/// Enters `phase` on the request's call context, if it has one (a service
+/// used outside a host has none).
+pub fn enter_phase<B>(request: &http::Request<B>, phase: Phase) {
+    if let Some(call) = request.extensions().get::<CallContext>() {
+        call.enter(phase);
+    }
+}
+
+/// The calls in flight on a host.
+#[derive(Debug, Default)]
+pub struct Inflight {
+    next_id: AtomicU64,
+    /// id → entry; ids grow, so iteration order is oldest first.
+    calls: Mutex<BTreeMap<u64, Arc<CallEntry>>>,
+}
+
+/// One row of `/debug/inflight`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InflightCall {
+    /// Call id.
+    pub id: u64,
+    /// Service name.
+    pub service: String,
+    /// HTTP method.
+    pub method: String,
+    /// Request target (path and query).
+    pub target: String,
+    /// Current phase name.
+    pub phase: &'static str,
+    /// Milliseconds since the call was dispatched.
+    pub age_ms: u64,
+}
+
+impl Inflight {
+    /// Registers a call; it leaves the list when the guard drops.
+    pub(crate) fn begin(
+        self: &Arc<Self>,
+        service: Arc<str>,
+        method: &http::Method,
+        target: &http::Uri,
+    ) -> (CallContext, InflightGuard) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let entry = Arc::new(CallEntry {
+            id,
+            service,
+            method: method.as_str().to_owned(),
+            target: target
+                .path_and_query()
+                .map_or_else(|| target.to_string(), |pq| pq.as_str().to_owned()),
+            started: Instant::now(),
+            phase: AtomicU8::new(Phase::Received as u8),
+        });
+        self.lock().insert(id, entry.clone());
+        let guard = InflightGuard {
+            inflight: self.clone(),
+            id,
+        };
+        (CallContext { entry }, guard)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<CallEntry>>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The calls in flight now, oldest first.
+    pub fn snapshot(&self) -> Vec<InflightCall> {
+        let now = Instant::now();
+        self.lock()
+            .values()
+            .map(|entry| InflightCall {
+                id: entry.id,
+                service: entry.service.to_string(),
+                method: entry.method.clone(),
+                target: entry.target.clone(),
+                phase: Phase::from_u8(entry.phase.load(Ordering::Relaxed)).as_str(),
+                age_ms: now.saturating_duration_since(entry.started).as_millis() as u64,
+            })
+            .collect()
+    }
+
+    /// Number of calls in flight.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no call is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Removes its call from the in-flight list when dropped.
+#[derive(Debug)]
+pub(crate) struct InflightGuard {
+    inflight: Arc<Inflight>,
+    id: u64,
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.inflight.lock().remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_calls_oldest_first_with_their_phase() {
+        let inflight = Arc::new(Inflight::default());
+        let uri: http::Uri = "/proxy?url=x".parse().unwrap();
+        let (first, first_guard) = inflight.begin("a".into(), &http::Method::GET, &uri);
+        let (_second, second_guard) = inflight.begin("b".into(), &http::Method::POST, &uri);
+        first.enter(Phase::UpstreamConnect);
+        let rows = inflight.snapshot();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0].service.as_str(), rows[0].phase),
+            ("a", "upstream_connect")
+        );
+        assert_eq!((rows[1].service.as_str(), rows[1].phase), ("b", "received"));
+        assert_eq!(rows[0].target, "/proxy?url=x");
+        drop(first_guard);
+        assert_eq!(inflight.snapshot()[0].service, "b");
+        drop(second_guard);
+        assert!(inflight.is_empty());
+    }
+}

@@ -1,0 +1,244 @@
+//! One client connection (a "session"): its activity clock and the
+//! watchdog that enforces `header_read_timeout` and `idle_timeout`.
+//!
+//! hyper's own header timer also runs while a keep-alive connection is
+//! idle, which would cap `idle_timeout` at `header_read_timeout`; so the
+//! host tracks both itself. The head timer runs from accept (or from the
+//! first byte of a later request) until the request is dispatched: a
+//! slowloris connection is dropped when it expires. The idle timer runs
+//! while no call is in flight and no request has started: the connection
+//! is then closed gracefully.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// Marks "no request head is being read".
+const NO_HEAD: u64 = u64::MAX;
+
+/// The clocks of one connection, in milliseconds since it opened.
+#[derive(Debug)]
+pub(crate) struct SessionClock {
+    opened: Instant,
+    last_activity_ms: AtomicU64,
+    head_started_ms: AtomicU64,
+    calls_in_flight: AtomicUsize,
+}
+
+impl SessionClock {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            opened: Instant::now(),
+            last_activity_ms: AtomicU64::new(0),
+            // The first request's head is due from accept on.
+            head_started_ms: AtomicU64::new(0),
+            calls_in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    fn instant_at(&self, ms: u64) -> Instant {
+        self.opened + Duration::from_millis(ms)
+    }
+
+    fn bytes_read(&self) {
+        let now = self.now_ms();
+        self.last_activity_ms.store(now, Ordering::Relaxed);
+        if self.calls_in_flight.load(Ordering::Acquire) == 0 {
+            // A new request begins: start its head timer unless running.
+            let _ = self.head_started_ms.compare_exchange(
+                NO_HEAD,
+                now,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    fn bytes_written(&self) {
+        self.last_activity_ms
+            .store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// A request head was parsed and dispatched; the returned guard marks
+    /// the call done when dropped (after its response body).
+    pub(crate) fn call_started(self: &Arc<Self>) -> CallOnSession {
+        self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_started_ms.store(NO_HEAD, Ordering::Release);
+        CallOnSession(self.clone())
+    }
+
+    /// What the watchdog should do now, or when to look again.
+    pub(crate) fn check(&self, header_read_timeout: Duration, idle_timeout: Duration) -> Verdict {
+        let now = self.now_ms();
+        if self.calls_in_flight.load(Ordering::Acquire) > 0 {
+            return Verdict::WaitUntil(self.instant_at(now) + idle_timeout);
+        }
+        let head_started = self.head_started_ms.load(Ordering::Acquire);
+        if head_started != NO_HEAD {
+            let due = head_started + header_read_timeout.as_millis() as u64;
+            return if now >= due {
+                Verdict::HeadTimedOut
+            } else {
+                Verdict::WaitUntil(self.instant_at(due))
+            };
+        }
+        let idle_due =
+            self.last_activity_ms.load(Ordering::Relaxed) + idle_timeout.as_millis() as u64;
+        if now >= idle_due {
+            Verdict::Idle
+        } else {
+            Verdict::WaitUntil(self.instant_at(idle_due))
+        }
+    }
+}
+
+/// The watchdog's decision.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing to do before this instant.
+    WaitUntil(Instant),
+    /// A request head did not arrive within `header_read_timeout`.
+    HeadTimedOut,
+    /// No call and no traffic for `idle_timeout`.
+    Idle,
+}
+
+/// One call on a session; dropping it marks the call done.
+#[derive(Debug)]
+pub(crate) struct CallOnSession(Arc<SessionClock>);
+
+impl Drop for CallOnSession {
+    fn drop(&mut self) {
+        self.0.bytes_written();
+        self.0.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A socket that reports reads and writes to its session's clock.
+    pub(crate) struct ClockedStream<S> {
+        #[pin]
+        inner: S,
+        clock: Arc<SessionClock>,
+    }
+}
+
+impl<S> ClockedStream<S> {
+    pub(crate) fn new(inner: S, clock: Arc<SessionClock>) -> Self {
+        Self { inner, clock }
+    }
+}
+
+impl<S: AsyncRead> AsyncRead for ClockedStream<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let polled = this.inner.poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.clock.bytes_read();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite> AsyncWrite for ClockedStream<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let polled = this.inner.poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.clock.bytes_written();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let polled = this.inner.poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.clock.bytes_written();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: Duration = Duration::from_millis(100);
+    const IDLE: Duration = Duration::from_millis(1000);
+
+    #[tokio::test(start_paused = true)]
+    async fn silent_connection_times_out_on_its_head() {
+        let clock = SessionClock::new();
+        assert!(matches!(clock.check(HEAD, IDLE), Verdict::WaitUntil(_)));
+        tokio::time::advance(HEAD).await;
+        assert_eq!(clock.check(HEAD, IDLE), Verdict::HeadTimedOut);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_alive_connection_goes_idle_only_after_idle_timeout() {
+        let clock = SessionClock::new();
+        clock.bytes_read();
+        let call = clock.call_started();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(
+            matches!(clock.check(HEAD, IDLE), Verdict::WaitUntil(_)),
+            "a call in flight is never cut"
+        );
+        drop(call);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(
+            matches!(clock.check(HEAD, IDLE), Verdict::WaitUntil(_)),
+            "idle 500ms < idle_timeout"
+        );
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(clock.check(HEAD, IDLE), Verdict::Idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_request_head_has_its_own_deadline() {
+        let clock = SessionClock::new();
+        drop(clock.call_started());
+        tokio::time::advance(Duration::from_millis(300)).await;
+        clock.bytes_read(); // first bytes of the next request
+        tokio::time::advance(Duration::from_millis(50)).await;
+        assert!(matches!(clock.check(HEAD, IDLE), Verdict::WaitUntil(_)));
+        tokio::time::advance(Duration::from_millis(60)).await;
+        assert_eq!(clock.check(HEAD, IDLE), Verdict::HeadTimedOut);
+    }
+}
