@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod check;
+mod host;
 mod proxy_cache;
 mod proxy_errors;
 mod proxy_ssrf;

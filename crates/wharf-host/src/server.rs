@@ -348,6 +348,7 @@ async fn serve_session(
                 }
             }
             () = tokio::time::sleep_until(wake) => {}
+            () = clock.changed() => {}
         }
     }
 }

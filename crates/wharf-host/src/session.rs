@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Marks "no request head is being read".
@@ -29,6 +30,9 @@ pub(crate) struct SessionClock {
     last_activity_ms: AtomicU64,
     head_started_ms: AtomicU64,
     calls_in_flight: AtomicUsize,
+    /// Wakes the watchdog when its deadline may have moved (a call ended,
+    /// a new request head started).
+    changed: Notify,
 }
 
 impl SessionClock {
@@ -39,6 +43,7 @@ impl SessionClock {
             // The first request's head is due from accept on.
             head_started_ms: AtomicU64::new(0),
             calls_in_flight: AtomicUsize::new(0),
+            changed: Notify::new(),
         })
     }
 
@@ -55,12 +60,15 @@ impl SessionClock {
         self.last_activity_ms.store(now, Ordering::Relaxed);
         if self.calls_in_flight.load(Ordering::Acquire) == 0 {
             // A new request begins: start its head timer unless running.
-            let _ = self.head_started_ms.compare_exchange(
+            let started = self.head_started_ms.compare_exchange(
                 NO_HEAD,
                 now,
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             );
+            if started.is_ok() {
+                self.changed.notify_one();
+            }
         }
     }
 
@@ -75,6 +83,11 @@ impl SessionClock {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_started_ms.store(NO_HEAD, Ordering::Release);
         CallOnSession(self.clone())
+    }
+
+    /// Resolves when a deadline may have moved.
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await;
     }
 
     /// What the watchdog should do now, or when to look again.
@@ -121,6 +134,7 @@ impl Drop for CallOnSession {
     fn drop(&mut self) {
         self.0.bytes_written();
         self.0.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
     }
 }
 

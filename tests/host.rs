@@ -1,0 +1,391 @@
+//! The host's qualities (SPEC §5, §1): bulkheads and queues, counters,
+//! /debug/inflight, session limits, graceful shutdown on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::*;
+
+/// A proxy service's table, allowed to reach the testbed.
+fn proxy_table(name: &str, path: &str, testbed: &TestbedHandle, extra: &str) -> String {
+    format!(
+        "[services.{name}]\ntype = \"proxy\"\npath = \"{path}\"\nallow_private_networks = true\nallow_hosts = [\"127.0.0.1:{}\"]\n{extra}\n",
+        testbed.addr().port()
+    )
+}
+
+fn via(wharf: &RunningHost, path: &str, testbed: &TestbedHandle, target: &str) -> String {
+    wharf.url(&format!("{path}?url={}", encode(&testbed.url(target))))
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text page.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+        .and_then(|line| line[series.len()..].trim().parse().ok())
+}
+
+async fn metrics(wharf: &RunningHost) -> String {
+    String::from_utf8(get(&wharf.admin_url("/metrics")).await.bytes().to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn bulkhead_admits_ten_queues_five_and_rejects_fifteen_at_once() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&proxy_table(
+        "slowpoke",
+        "/proxy",
+        &testbed,
+        "max_concurrent_calls = 10\nmax_queued_calls = 5\nqueue_timeout = \"30s\"",
+    ))
+    .await;
+    let page = metrics(&wharf).await;
+    assert_eq!(sample(&page, "wharf_calls_outstanding{service=\"slowpoke\"}"), Some(0.0), "{page}");
+
+    let url = via(&wharf, "/proxy", &testbed, "/slow?ms=1500");
+    let started = Instant::now();
+    let calls: Vec<_> = (0..30)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let response = get(&url).await;
+                (response, started.elapsed())
+            })
+        })
+        .collect();
+
+    // While the slow calls run: 10 processing, 5 queued, 150 % of max.
+    let seen = poll_until(Duration::from_secs(5), || async {
+        let page = metrics(&wharf).await;
+        sample(&page, "wharf_calls_outstanding{service=\"slowpoke\"}") == Some(10.0)
+            && sample(&page, "wharf_calls_queued{service=\"slowpoke\"}") == Some(5.0)
+    })
+    .await;
+    let page = metrics(&wharf).await;
+    assert!(seen, "{page}");
+    assert_eq!(sample(&page, "wharf_percent_of_max_calls{service=\"slowpoke\"}"), Some(150.0));
+
+    let mut ok = Vec::new();
+    let mut rejected = Vec::new();
+    for call in calls {
+        let (response, finished) = call.await.unwrap();
+        match response.status.as_u16() {
+            200 => ok.push(finished),
+            503 => {
+                assert_eq!(response.header("retry-after"), "1");
+                assert_eq!(response.json()["error"], "throttled");
+                rejected.push(finished);
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((ok.len(), rejected.len()), (15, 15));
+    let first_ok = ok.iter().min().unwrap();
+    assert!(rejected.iter().all(|t| t < first_ok), "rejections waited for slow calls");
+
+    // Every slot is released and the counters add up.
+    let page = metrics(&wharf).await;
+    assert_eq!(sample(&page, "wharf_calls_outstanding{service=\"slowpoke\"}"), Some(0.0), "{page}");
+    assert_eq!(sample(&page, "wharf_calls_queued{service=\"slowpoke\"}"), Some(0.0));
+    assert_eq!(sample(&page, "wharf_calls_total{service=\"slowpoke\",code=\"200\"}"), Some(15.0));
+    assert_eq!(sample(&page, "wharf_calls_total{service=\"slowpoke\",code=\"503\"}"), Some(15.0));
+    assert_eq!(sample(&page, "wharf_throttled_total{service=\"slowpoke\"}"), Some(15.0));
+    assert_eq!(sample(&page, "wharf_call_duration_seconds_count{service=\"slowpoke\"}"), Some(30.0));
+    assert_eq!(sample(&page, "wharf_cache_requests_total{service=\"slowpoke\",result=\"bypass\"}"), Some(15.0));
+    assert_eq!(
+        sample(&page, "wharf_upstream_requests_total{service=\"slowpoke\",backend=\"origin\",outcome=\"ok\"}"),
+        Some(15.0)
+    );
+}
+
+#[tokio::test]
+async fn queued_call_gets_503_after_queue_timeout() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&proxy_table(
+        "proxy",
+        "/proxy",
+        &testbed,
+        "max_concurrent_calls = 1\nmax_queued_calls = 5\nqueue_timeout = \"200ms\"",
+    ))
+    .await;
+    let slow = via(&wharf, "/proxy", &testbed, "/slow?ms=3000");
+    let holder = tokio::spawn(async move { get(&slow).await });
+    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") == 1 }).await);
+    let started = Instant::now();
+    let queued = get(&via(&wharf, "/proxy", &testbed, "/fast")).await;
+    assert_eq!(queued.status, 503);
+    assert!(queued.json()["message"].as_str().unwrap().contains("queue_timeout"));
+    assert!(started.elapsed() < Duration::from_millis(2500), "waited {:?}", started.elapsed());
+    assert_eq!(holder.await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn a_flooded_service_never_delays_another() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let toml = format!(
+        "{}{}",
+        proxy_table("flooded", "/flooded", &testbed, "max_concurrent_calls = 2\nmax_queued_calls = 200\nqueue_timeout = \"30s\""),
+        proxy_table("calm", "/calm", &testbed, "")
+    );
+    let wharf = start_wharf(&toml).await;
+    let started = Instant::now();
+    let slow_url = via(&wharf, "/flooded", &testbed, "/slow?ms=1000");
+    // 10 slow calls through 2 slots: the flood lasts ~5 s.
+    let flood: Vec<_> = (0..10)
+        .map(|_| {
+            let url = slow_url.clone();
+            tokio::spawn(async move { (get(&url).await.status, started.elapsed()) })
+        })
+        .collect();
+    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") >= 2 }).await);
+    let mut fast_done = Vec::new();
+    for _ in 0..20 {
+        let response = get(&via(&wharf, "/calm", &testbed, "/fast")).await;
+        assert_eq!(response.status, 200);
+        fast_done.push(started.elapsed());
+    }
+    let mut slow_done = Vec::new();
+    for call in flood {
+        let (status, finished) = call.await.unwrap();
+        assert_eq!(status, 200);
+        slow_done.push(finished);
+    }
+    let first_slow = slow_done.iter().min().unwrap();
+    assert!(
+        fast_done.iter().all(|t| t < first_slow),
+        "a fast call finished after a slow one (seed 002's 'slow responses')"
+    );
+}
+
+#[tokio::test]
+async fn debug_inflight_lists_slow_calls_with_their_phase() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&proxy_table("proxy", "/proxy", &testbed, "")).await;
+    let url = via(&wharf, "/proxy", &testbed, "/slow?ms=1500");
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { get(&url).await })
+        })
+        .collect();
+    let inflight_url = wharf.admin_url("/debug/inflight");
+    let mut listed = serde_json::Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = false;
+    while Instant::now() < deadline {
+        listed = get(&inflight_url).await.json();
+        if listed.as_array().is_some_and(|calls| calls.len() == 3) {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(seen, "{listed}");
+    let calls_listed = listed.as_array().unwrap();
+    let ids: Vec<u64> = calls_listed.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "not oldest first: {listed}");
+    for call in calls_listed {
+        assert_eq!(call["service"], "proxy");
+        assert_eq!(call["method"], "GET");
+        assert!(call["target"].as_str().unwrap().starts_with("/proxy?url="));
+        assert_eq!(call["phase"], "upstream_connect", "{call}");
+        assert!(call["age_ms"].as_u64().is_some());
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap().status, 200);
+    }
+    assert!(poll_until(Duration::from_secs(2), || async {
+        get(&wharf.admin_url("/debug/inflight")).await.json().as_array().is_some_and(Vec::is_empty)
+    })
+    .await);
+}
+
+#[tokio::test]
+async fn admin_health_and_readiness() {
+    let wharf = start_wharf("").await;
+    assert_eq!(get(&wharf.admin_url("/healthz")).await.status, 200);
+    assert_eq!(get(&wharf.admin_url("/readyz")).await.status, 200);
+    let page = metrics(&wharf).await;
+    assert!(page.contains("wharf_sessions_active"), "{page}");
+    assert_eq!(get(&wharf.admin_url("/nope")).await.status, 404);
+}
+
+/// Reads until EOF or `limit`; true when the server closed the connection.
+async fn closed_by_server(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline.into(), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn slowloris_connections_are_closed_while_normal_calls_are_served() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nheader_read_timeout = \"300ms\"\n{}",
+        proxy_table("proxy", "/proxy", &testbed, "")
+    ))
+    .await;
+    let mut silent = TcpStream::connect(wharf.addr).await.unwrap();
+    let mut partial = TcpStream::connect(wharf.addr).await.unwrap();
+    partial.write_all(b"GET /proxy HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let trickle = tokio::spawn(async move {
+        // One header byte at a time, slower than the deadline allows.
+        for byte in b"x-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter() {
+            if partial.write_all(&[*byte]).await.is_err() {
+                return partial;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        partial
+    });
+    for _ in 0..5 {
+        assert_eq!(get(&via(&wharf, "/proxy", &testbed, "/fast")).await.status, 200);
+    }
+    assert!(closed_by_server(&mut silent, Duration::from_secs(3)).await, "silent connection kept open");
+    let mut partial = trickle.await.unwrap();
+    assert!(closed_by_server(&mut partial, Duration::from_secs(3)).await, "slowloris kept open");
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
+    let wharf = start_wharf(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nheader_read_timeout = \"5s\"\nidle_timeout = \"400ms\"\n",
+    )
+    .await;
+    let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
+    stream.write_all(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
+    let started = Instant::now();
+    assert!(closed_by_server(&mut stream, Duration::from_secs(3)).await);
+    assert!(started.elapsed() >= Duration::from_millis(300), "closed before idle_timeout");
+}
+
+#[tokio::test]
+async fn max_connections_makes_further_connections_wait() {
+    let wharf = start_wharf(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_connections = 2\n",
+    )
+    .await;
+    let request = b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        let mut buf = [0u8; 1024];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
+        held.push(stream);
+    }
+    let page = metrics(&wharf).await;
+    assert_eq!(sample(&page, "wharf_sessions_active"), Some(2.0), "{page}");
+    assert_eq!(sample(&page, "wharf_percent_of_max_sessions"), Some(100.0), "{page}");
+
+    let mut third = TcpStream::connect(wharf.addr).await.unwrap();
+    third.write_all(request).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut buf)).await;
+    assert!(early.is_err(), "a third session was served beyond max_connections = 2");
+    drop(held.pop());
+    let n = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf))
+        .await
+        .expect("served once a session closed")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
+}
+
+#[tokio::test]
+async fn in_process_drain_lets_calls_finish() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&proxy_table("proxy", "/proxy", &testbed, "")).await;
+    let url = via(&wharf, "/proxy", &testbed, "/slow?ms=700");
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { get(&url).await })
+        })
+        .collect();
+    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") == 5 }).await);
+    let summary = wharf.stop().await;
+    assert_eq!(summary.calls_cut, 0);
+    for call in calls {
+        assert_eq!(call.await.unwrap().status, 200);
+    }
+}
+
+/// The built binary: SIGTERM with calls in flight → all complete, exit 0.
+#[tokio::test]
+async fn sigterm_drains_in_flight_calls_and_exits_zero() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("wharf-sigterm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("wharf.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_timeout = \"20s\"\n{}",
+            proxy_table("proxy", "/proxy", &testbed, "")
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["--log-format", "json", "serve", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let log_reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
+                if event["fields"]["message"] == "wharf listening" {
+                    let addr = event["fields"]["addr"].as_str().unwrap_or("").to_owned();
+                    let _ = addr_tx.send(addr);
+                }
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(20)).expect("wharf logs its address");
+    let url = format!(
+        "http://{addr}/proxy?url={}",
+        encode(&testbed.url("/slow?ms=1000"))
+    );
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { get(&url).await })
+        })
+        .collect();
+    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") == 5 }).await);
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for call in calls {
+        let response = call.await.unwrap();
+        assert_eq!(response.status, 200, "an in-flight call was cut");
+    }
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let logs = log_reader.join().unwrap().join("\n");
+    assert!(status.success(), "exit {status:?}\n{logs}");
+    assert!(logs.contains("draining"), "{logs}");
+    assert!(TcpStream::connect(&addr).await.is_err(), "still accepting after exit");
+}
