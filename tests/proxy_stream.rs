@@ -77,7 +77,7 @@ async fn truncated_origin_body_is_seen_by_client_and_never_cached() {
 async fn coalesced_readers_all_see_an_origin_truncation() {
     let stack = stack("").await;
     // Slow first byte so that all calls join the same fill.
-    let url = stack.proxy_url("/truncate?bytes=3000&chunked=1&delay_ms=300", Some(60));
+    let url = stack.proxy_url("/truncate?bytes=3000&chunked=1&first_byte_ms=300", Some(60));
     let calls: Vec<_> = (0..5)
         .map(|_| {
             let url = url.clone();

@@ -107,8 +107,10 @@ fn part_end(bytes: u64, k: u64, chunks: u64) -> u64 {
 pub(crate) fn truncate(query: Query<'_>) -> Result<Resp, RequestError> {
     let n = query.bytes("bytes", 1024)?;
     let chunked = query.flag("chunked")?;
+    // The body may start late, so that concurrent calls overlap one fetch.
+    let first_byte = query.millis("first_byte_ms", 0)?;
     let segments = vec![Segment {
-        at: Duration::ZERO,
+        at: first_byte,
         len: n,
     }];
     let mut resp = pattern_response(
