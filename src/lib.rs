@@ -8,41 +8,46 @@
 use wharf_config::{Config, ServiceKind};
 use wharf_host::{HostBuilder, Mount};
 use wharf_proxy::ProxyService;
+use wharf_route::forward::RouteBuildError;
+use wharf_route::RouteService;
 
-/// A configured service that this build cannot serve.
+/// A configured service that could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("{origin}: services.{name}: type \"{kind}\" is not served by this version of wharf yet")]
-pub struct UnsupportedService {
+#[error("{origin}: services.{name}: {source}")]
+pub struct BuildError {
     /// Where the config came from.
     pub origin: String,
     /// The service's table name.
     pub name: String,
-    /// Its `type`.
-    pub kind: &'static str,
+    /// What went wrong.
+    pub source: RouteBuildError,
 }
 
 /// Builds every service of `config` and mounts it on a host builder.
-pub fn build_host(config: &Config) -> Result<HostBuilder, UnsupportedService> {
+pub fn build_host(config: &Config) -> Result<HostBuilder, BuildError> {
     let mut host = HostBuilder::new(config.server.clone());
     for service in &config.services {
-        match &service.kind {
-            ServiceKind::Proxy(proxy) => {
-                let proxy_service = ProxyService::new(&service.name, proxy, host.metrics());
-                host = host.mount(
-                    service.name.clone(),
-                    Mount::Exact(proxy.path.clone()),
-                    &service.limits,
-                    proxy_service.into_host_service(),
-                );
+        let (mount, built) = match &service.kind {
+            ServiceKind::Proxy(proxy) => (
+                Mount::Exact(proxy.path.clone()),
+                ProxyService::new(&service.name, proxy, host.metrics()).into_host_service(),
+            ),
+            ServiceKind::Route(route) => {
+                let built =
+                    RouteService::new(&service.name, route, host.metrics()).map_err(|source| {
+                        BuildError {
+                            origin: config.origin.clone(),
+                            name: service.name.clone(),
+                            source,
+                        }
+                    })?;
+                (
+                    Mount::Prefix(route.path_prefix.clone()),
+                    built.into_host_service(),
+                )
             }
-            ServiceKind::Route(_) => {
-                return Err(UnsupportedService {
-                    origin: config.origin.clone(),
-                    name: service.name.clone(),
-                    kind: service.type_name(),
-                })
-            }
-        }
+        };
+        host = host.mount(service.name.clone(), mount, &service.limits, built);
     }
     Ok(host)
 }

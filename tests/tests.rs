@@ -8,4 +8,5 @@ mod proxy_cache;
 mod proxy_errors;
 mod proxy_ssrf;
 mod proxy_stream;
+mod route;
 mod support;

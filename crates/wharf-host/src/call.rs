@@ -14,6 +14,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+/// The client's address, in every request's extensions (for
+/// `x-forwarded-for` and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::SocketAddr);
+
 /// Where a call is. The names are stable: dashboards and log queries use them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

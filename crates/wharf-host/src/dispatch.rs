@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tower::ServiceExt;
 
 use crate::body::{guard_body, ResponseBody};
+use crate::call::ClientAddr;
 use crate::error::json_error;
 use crate::registry::Registry;
 use crate::session::CallOnSession;
@@ -25,8 +26,10 @@ pub(crate) struct Dispatcher {
 pub(crate) async fn dispatch(
     dispatcher: Arc<Dispatcher>,
     on_session: CallOnSession,
-    request: Request<Incoming>,
+    client: ClientAddr,
+    mut request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    request.extensions_mut().insert(client);
     let response = route(&dispatcher, request).await;
     Ok(guard_body(response, on_session))
 }

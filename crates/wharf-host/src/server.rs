@@ -16,7 +16,7 @@ use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_metrics::{Metrics, SessionMetrics};
 
 use crate::admin::{self, AdminState};
-use crate::call::Inflight;
+use crate::call::{ClientAddr, Inflight};
 use crate::dispatch::{dispatch, Dispatcher};
 use crate::registry::{Mount, Mounted, Registry};
 use crate::service::HostService;
@@ -314,7 +314,12 @@ async fn serve_session(
     let io = TokioIo::new(ClockedStream::new(stream, clock.clone()));
     let service_clock = clock.clone();
     let service = hyper::service::service_fn(move |request| {
-        dispatch(dispatcher.clone(), service_clock.call_started(), request)
+        dispatch(
+            dispatcher.clone(),
+            service_clock.call_started(),
+            ClientAddr(peer),
+            request,
+        )
     });
     let connection = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(connection);

@@ -1,0 +1,160 @@
+//! One backend of a route: its address and pool, passive health, and the
+//! calls it has outstanding.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::http1::SendRequest;
+use url::Url;
+use wharf_host::metrics::{Outcome, UpstreamMetrics};
+
+use crate::body::ForwardBody;
+use crate::pool::{self, Address, Pool};
+
+/// Consecutive failures after which a backend is skipped for a while.
+pub const EJECT_AFTER_FAILURES: u32 = 3;
+/// How long an ejected backend is skipped before one call probes it.
+pub const EJECT_FOR: Duration = Duration::from_secs(5);
+
+/// Why a backend URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("backend {url}: {reason}")]
+pub struct BackendError {
+    url: String,
+    reason: String,
+}
+
+/// One backend.
+#[derive(Debug)]
+pub struct Backend {
+    label: String,
+    address: Address,
+    /// Value for `host` when the client sent none (h2 clients send `:authority`).
+    authority: Option<http::HeaderValue>,
+    pool: Pool,
+    /// Failures in a row (connect, protocol or timeout); 0 after a success.
+    failures: AtomicU32,
+    /// Milliseconds since `epoch` until which the backend is skipped.
+    ejected_until_ms: AtomicU64,
+    epoch: Instant,
+    outstanding: AtomicUsize,
+    metrics: UpstreamMetrics,
+}
+
+impl Backend {
+    /// A backend from its configured URL (`http://`, `https://`, `unix:`).
+    pub fn new(
+        url: &Url,
+        tls: &tokio_rustls::TlsConnector,
+        metrics: UpstreamMetrics,
+    ) -> Result<Self, BackendError> {
+        let error = |reason: &str| BackendError {
+            url: url.to_string(),
+            reason: reason.to_owned(),
+        };
+        let host = || {
+            url.host_str()
+                .map(str::to_owned)
+                .ok_or_else(|| error("no host"))
+        };
+        let port = || url.port_or_known_default().ok_or_else(|| error("no port"));
+        let address = match url.scheme() {
+            "http" => Address::Tcp {
+                host: host()?,
+                port: port()?,
+            },
+            "https" => {
+                let host = host()?;
+                let name = rustls::pki_types::ServerName::try_from(
+                    host.trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_owned(),
+                )
+                .map_err(|_| error("not a valid TLS server name"))?;
+                Address::Tls {
+                    host,
+                    port: port()?,
+                    name,
+                    connector: tls.clone(),
+                }
+            }
+            "unix" => Address::Unix(url.path().into()),
+            _ => return Err(error("scheme must be http, https or unix")),
+        };
+        let authority = url.host_str().and_then(|host| match url.port() {
+            Some(port) => http::HeaderValue::from_str(&format!("{host}:{port}")).ok(),
+            None => http::HeaderValue::from_str(host).ok(),
+        });
+        Ok(Self {
+            label: url.as_str().trim_end_matches('/').to_owned(),
+            address,
+            authority,
+            pool: Pool::default(),
+            failures: AtomicU32::new(0),
+            ejected_until_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            outstanding: AtomicUsize::new(0),
+            metrics,
+        })
+    }
+
+    /// The configured URL, as used in messages and the `backend` label.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// `host` header value for requests that carry none.
+    pub(crate) fn authority(&self) -> Option<&http::HeaderValue> {
+        self.authority.as_ref()
+    }
+
+    /// A pooled connection, or a new one.
+    pub(crate) async fn connection(&self) -> std::io::Result<SendRequest<ForwardBody>> {
+        match self.pool.take_idle() {
+            Some(connection) => Ok(connection),
+            None => pool::connect(&self.address).await,
+        }
+    }
+
+    pub(crate) fn check_in(&self, connection: SendRequest<ForwardBody>) {
+        self.pool.put(connection);
+    }
+
+    /// Whether the backend should be tried now (not ejected).
+    pub fn is_available(&self) -> bool {
+        self.now_ms() >= self.ejected_until_ms.load(Ordering::Acquire)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Calls currently using this backend.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn call_started(&self) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn call_ended(&self) {
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Records an attempt's outcome: counters and passive health.
+    pub(crate) fn record(&self, outcome: Outcome) {
+        self.metrics.record(outcome);
+        if outcome == Outcome::Ok {
+            self.failures.store(0, Ordering::Release);
+            self.ejected_until_ms.store(0, Ordering::Release);
+            return;
+        }
+        let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if failures >= EJECT_AFTER_FAILURES {
+            let until = self.now_ms() + EJECT_FOR.as_millis() as u64;
+            self.ejected_until_ms.store(until, Ordering::Release);
+            tracing::warn!(backend = %self.label, failures, "backend ejected");
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Header rewrite in place, on the request and response heads hyper
+//! already parsed: the body is never touched, so a rewrite costs the same
+//! as a plain forward.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): they concern one connection and
+/// are never forwarded.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+];
+
+/// `x-forwarded-for`.
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The rewrite rules of one route.
+#[derive(Debug, Clone)]
+pub struct Rewrite {
+    set: Vec<(HeaderName, HeaderValue)>,
+    remove: Vec<HeaderName>,
+}
+
+impl Rewrite {
+    /// `set` replaces any value the client sent; `remove` drops headers.
+    pub fn new(set: Vec<(HeaderName, HeaderValue)>, remove: Vec<HeaderName>) -> Self {
+        Self { set, remove }
+    }
+
+    /// Rewrites a request's headers for the backend: hop-by-hop headers
+    /// (and those named in `connection`) dropped, `remove` and `set`
+    /// applied, `x-forwarded-for` appended with the client, `via` added.
+    pub fn request(&self, headers: &mut HeaderMap, client: Option<IpAddr>) {
+        strip_hop_by_hop(headers);
+        for name in &self.remove {
+            headers.remove(name);
+        }
+        for (name, value) in &self.set {
+            headers.insert(name.clone(), value.clone());
+        }
+        if let Some(client) = client {
+            append_forwarded_for(headers, client);
+        }
+        add_via(headers);
+    }
+
+    /// Rewrites a backend response's headers for the client.
+    pub fn response(&self, headers: &mut HeaderMap) {
+        strip_hop_by_hop(headers);
+        add_via(headers);
+    }
+}
+
+/// Drops hop-by-hop headers, including any the `connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
+    let client = client.to_string();
+    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(previous) if !previous.is_empty() => format!("{previous}, {client}"),
+        _ => client,
+    };
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+}
+
+fn add_via(headers: &mut HeaderMap) {
+    headers.append(header::VIA, HeaderValue::from_static("1.1 wharf"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_rewrite_in_place() {
+        let rewrite = Rewrite::new(
+            vec![(
+                HeaderName::from_static("x-via"),
+                HeaderValue::from_static("wharf"),
+            )],
+            vec![HeaderName::from_static("x-internal-token")],
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("x-via", HeaderValue::from_static("client"));
+        headers.insert("x-internal-token", HeaderValue::from_static("secret"));
+        headers.insert("connection", HeaderValue::from_static("keep-alive, x-hop"));
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        headers.insert("x-keep", HeaderValue::from_static("yes"));
+        rewrite.request(&mut headers, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(headers["x-via"], "wharf");
+        assert!(!headers.contains_key("x-internal-token"));
+        assert!(!headers.contains_key("connection"));
+        assert!(!headers.contains_key("x-hop"));
+        assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+        assert_eq!(headers["via"], "1.1 wharf");
+        assert_eq!(headers["x-keep"], "yes");
+    }
+}

@@ -1,0 +1,376 @@
+//! Routes (SPEC §4): matching, header rewrite seen by the backend, bodies
+//! streamed byte for byte, failover and recovery, balancing, retry safety.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::support::*;
+
+fn route_table(name: &str, prefix: &str, backends: &[String], extra: &str) -> String {
+    let list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
+    format!(
+        "[services.{name}]\ntype = \"route\"\npath_prefix = \"{prefix}\"\nbackends = [{}]\n{extra}\n",
+        list.join(", ")
+    )
+}
+
+fn base(testbed: &TestbedHandle) -> String {
+    format!("http://{}", testbed.addr())
+}
+
+async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Bytes) -> TestResponse {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(body)).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    TestResponse {
+        status: parts.status,
+        headers: parts.headers,
+        body: body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| e.to_string()),
+    }
+}
+
+fn echoed_header<'a>(echo: &'a serde_json::Value, name: &str) -> Vec<&'a str> {
+    echo["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|pair| {
+            pair[0]
+                .as_str()
+                .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        })
+        .map(|pair| pair[1].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn backend_sees_rewritten_headers_and_the_path_unchanged() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "echo",
+        "/echo",
+        &[base(&testbed)],
+        "set_headers = { \"x-via\" = \"wharf\" }\nremove_headers = [\"x-internal-token\"]",
+    ))
+    .await;
+    let response = get_with(
+        &wharf.url("/echo/deeper?q=1"),
+        &[
+            ("x-via", "client"),
+            ("x-internal-token", "secret"),
+            ("x-keep", "yes"),
+            ("connection", "keep-alive"),
+        ],
+    )
+    .await;
+    // Forwarded as is: the testbed has nothing at /echo/deeper.
+    assert_eq!(response.status, 404, "{:?}", response.body);
+    let response = get_with(
+        &wharf.url("/echo?q=1"),
+        &[
+            ("x-via", "client"),
+            ("x-internal-token", "secret"),
+            ("x-keep", "yes"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ],
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let echo = response.json();
+    assert_eq!(echo["uri"], "/echo?q=1");
+    assert_eq!(echoed_header(&echo, "x-via"), vec!["wharf"]);
+    assert!(echoed_header(&echo, "x-internal-token").is_empty());
+    assert_eq!(echoed_header(&echo, "x-keep"), vec!["yes"]);
+    assert_eq!(
+        echoed_header(&echo, "x-forwarded-for"),
+        vec!["203.0.113.7, 127.0.0.1"]
+    );
+    assert_eq!(echoed_header(&echo, "via"), vec!["1.1 wharf"]);
+    assert!(
+        response.header("via").contains("wharf"),
+        "response via: {:?}",
+        response.headers
+    );
+}
+
+#[tokio::test]
+async fn strip_prefix_forwards_the_rest_of_the_path() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "api",
+        "/api",
+        &[base(&testbed)],
+        "strip_prefix = true",
+    ))
+    .await;
+    let response = get(&wharf.url("/api/echo?x=2")).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.json()["uri"], "/echo?x=2");
+    assert_eq!(
+        get(&wharf.url("/apiecho")).await.status,
+        404,
+        "prefix must match whole segments"
+    );
+}
+
+#[tokio::test]
+async fn one_mib_bodies_round_trip_byte_for_byte() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table("all", "/", &[base(&testbed)], "")).await;
+    let upload: Vec<u8> = (0..1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    let response = send(
+        "POST",
+        &wharf.url("/echo"),
+        &[],
+        Bytes::from(upload.clone()),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let echo = response.json();
+    assert_eq!(echo["body_len"], 1024 * 1024);
+    assert_eq!(echo["body"].as_str().unwrap().as_bytes(), upload.as_slice());
+    let download = get(&wharf.url("/bytes/1048576")).await;
+    assert_eq!(
+        download.bytes().as_ref(),
+        expected_body(1024 * 1024).as_slice()
+    );
+}
+
+#[tokio::test]
+async fn method_and_header_matching() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "orders",
+        "/echo",
+        &[base(&testbed)],
+        "methods = [\"GET\"]\nmatch_headers = { \"x-tenant\" = \"acme\" }",
+    ))
+    .await;
+    assert_eq!(
+        get_with(&wharf.url("/echo"), &[("X-Tenant", "acme")])
+            .await
+            .status,
+        200
+    );
+    let wrong_tenant = get_with(&wharf.url("/echo"), &[("x-tenant", "other")]).await;
+    assert_eq!(wrong_tenant.status, 404);
+    assert_eq!(wrong_tenant.json()["error"], "not_found");
+    let post = send(
+        "POST",
+        &wharf.url("/echo"),
+        &[("x-tenant", "acme")],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), "GET");
+    assert_eq!(testbed.hits("/echo"), 1);
+}
+
+#[tokio::test]
+async fn round_robin_spreads_calls_evenly() {
+    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "rr",
+        "/fast",
+        &[base(&a), base(&b)],
+        "strategy = \"round_robin\"",
+    ))
+    .await;
+    for _ in 0..10 {
+        assert_eq!(get(&wharf.url("/fast")).await.status, 200);
+    }
+    assert_eq!((a.hits("/fast"), b.hits("/fast")), (5, 5));
+}
+
+#[tokio::test]
+async fn least_outstanding_avoids_the_busy_backend() {
+    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "lo",
+        "/",
+        &[base(&a), base(&b)],
+        "strategy = \"least_outstanding\"",
+    ))
+    .await;
+    // Occupy the first backend with a slow call, then fast calls go to b.
+    let slow = tokio::spawn(get_owned(wharf.url("/slow?ms=1500")));
+    assert!(poll_until(Duration::from_secs(5), || async { a.hits("/slow") == 1 }).await);
+    for _ in 0..4 {
+        assert_eq!(get(&wharf.url("/fast")).await.status, 200);
+    }
+    assert_eq!(b.hits("/fast"), 4, "fast calls went to the busy backend");
+    assert_eq!(slow.await.unwrap().status, 200);
+}
+
+async fn get_owned(url: String) -> TestResponse {
+    get(&url).await
+}
+
+#[tokio::test]
+async fn failover_when_the_primary_dies_and_recovery_when_it_returns() {
+    let primary = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let primary_addr = primary.addr();
+    let backup = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "orders",
+        "/fast",
+        &[base(&primary), base(&backup)],
+        "strategy = \"failover\"\nretries = 0",
+    ))
+    .await;
+    assert_eq!(get(&wharf.url("/fast")).await.status, 200);
+    assert_eq!(primary.hits("/fast"), 1);
+    drop(primary);
+    for _ in 0..5 {
+        assert_eq!(
+            get(&wharf.url("/fast")).await.status,
+            200,
+            "failover to the backup"
+        );
+    }
+    assert_eq!(backup.hits("/fast"), 5);
+    let page = String::from_utf8(get(&wharf.admin_url("/metrics")).await.bytes().to_vec()).unwrap();
+    let errors = format!(
+        "wharf_upstream_requests_total{{service=\"orders\",backend=\"http://{primary_addr}\",outcome=\"error\"}}"
+    );
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with(&errors) && !l.ends_with(" 0")),
+        "{page}"
+    );
+
+    // The primary comes back on the same address: after its ejection
+    // period it is probed and takes calls again.
+    let revived = spawn_testbed(primary_addr).await.unwrap();
+    let back = poll_until(Duration::from_secs(15), || async {
+        get(&wharf.url("/fast")).await;
+        revived.hits("/fast") > 0
+    })
+    .await;
+    assert!(back, "the primary was never used again");
+}
+
+#[tokio::test]
+async fn all_backends_down_gives_502() {
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let wharf = start_wharf(&route_table("r", "/x", &[format!("http://{dead}")], "")).await;
+    let response = get(&wharf.url("/x")).await;
+    assert_eq!(response.status, 502);
+    assert_eq!(response.json()["error"], "bad_gateway");
+}
+
+#[tokio::test]
+async fn a_post_whose_body_was_sent_is_never_retried_but_a_get_is() {
+    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "slow",
+        "/slow",
+        &[base(&a), base(&b)],
+        "timeout = \"300ms\"\nretries = 1",
+    ))
+    .await;
+    let started = Instant::now();
+    let post = send(
+        "POST",
+        &wharf.url("/slow?ms=2000"),
+        &[],
+        Bytes::from_static(b"order #1"),
+    )
+    .await;
+    assert_eq!(post.status, 504);
+    assert_eq!(post.json()["error"], "gateway_timeout");
+    assert!(poll_until(Duration::from_secs(3), || async { a.hits("/slow") == 1 }).await);
+    assert_eq!(b.hits("/slow"), 0, "a POST whose body was sent was retried");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    let get_response = get(&wharf.url("/slow?ms=2000")).await;
+    assert_eq!(get_response.status, 504);
+    assert!(
+        poll_until(Duration::from_secs(3), || async { b.hits("/slow") == 1 }).await,
+        "the idempotent GET was not retried"
+    );
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_clients_are_served() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table("all", "/", &[base(&testbed)], "")).await;
+    let client = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let response = client
+        .request(
+            http::Request::get(wharf.url("/echo"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let echo: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(echo["uri"], "/echo");
+    assert_eq!(echoed_header(&echo, "host").len(), 1, "{echo}");
+}
+
+#[tokio::test]
+async fn unix_socket_backend() {
+    let dir = std::env::temp_dir().join(format!("wharf-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("backend.sock");
+    let _ = std::fs::remove_file(&socket);
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |request: http::Request<hyper::body::Incoming>| async move {
+                        let text = format!("unix says hi to {}", request.uri());
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from(text),
+                        )))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    let wharf = start_wharf(&route_table(
+        "pipe",
+        "/pipe",
+        &[format!("unix:{}", socket.display())],
+        "",
+    ))
+    .await;
+    let response = get(&wharf.url("/pipe/x")).await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    assert_eq!(response.bytes().as_ref(), b"unix says hi to /pipe/x");
+}
