@@ -45,7 +45,11 @@ async fn bulkhead_admits_ten_queues_five_and_rejects_fifteen_at_once() {
     ))
     .await;
     let page = metrics(&wharf).await;
-    assert_eq!(sample(&page, "wharf_calls_outstanding{service=\"slowpoke\"}"), Some(0.0), "{page}");
+    assert_eq!(
+        sample(&page, "wharf_calls_outstanding{service=\"slowpoke\"}"),
+        Some(0.0),
+        "{page}"
+    );
 
     let url = via(&wharf, "/proxy", &testbed, "/slow?ms=1500");
     let started = Instant::now();
@@ -68,7 +72,10 @@ async fn bulkhead_admits_ten_queues_five_and_rejects_fifteen_at_once() {
     .await;
     let page = metrics(&wharf).await;
     assert!(seen, "{page}");
-    assert_eq!(sample(&page, "wharf_percent_of_max_calls{service=\"slowpoke\"}"), Some(150.0));
+    assert_eq!(
+        sample(&page, "wharf_percent_of_max_calls{service=\"slowpoke\"}"),
+        Some(150.0)
+    );
 
     let mut ok = Vec::new();
     let mut rejected = Vec::new();
@@ -86,19 +93,59 @@ async fn bulkhead_admits_ten_queues_five_and_rejects_fifteen_at_once() {
     }
     assert_eq!((ok.len(), rejected.len()), (15, 15));
     let first_ok = ok.iter().min().unwrap();
-    assert!(rejected.iter().all(|t| t < first_ok), "rejections waited for slow calls");
+    assert!(
+        rejected.iter().all(|t| t < first_ok),
+        "rejections waited for slow calls"
+    );
 
     // Every slot is released and the counters add up.
     let page = metrics(&wharf).await;
-    assert_eq!(sample(&page, "wharf_calls_outstanding{service=\"slowpoke\"}"), Some(0.0), "{page}");
-    assert_eq!(sample(&page, "wharf_calls_queued{service=\"slowpoke\"}"), Some(0.0));
-    assert_eq!(sample(&page, "wharf_calls_total{service=\"slowpoke\",code=\"200\"}"), Some(15.0));
-    assert_eq!(sample(&page, "wharf_calls_total{service=\"slowpoke\",code=\"503\"}"), Some(15.0));
-    assert_eq!(sample(&page, "wharf_throttled_total{service=\"slowpoke\"}"), Some(15.0));
-    assert_eq!(sample(&page, "wharf_call_duration_seconds_count{service=\"slowpoke\"}"), Some(30.0));
-    assert_eq!(sample(&page, "wharf_cache_requests_total{service=\"slowpoke\",result=\"bypass\"}"), Some(15.0));
     assert_eq!(
-        sample(&page, "wharf_upstream_requests_total{service=\"slowpoke\",backend=\"origin\",outcome=\"ok\"}"),
+        sample(&page, "wharf_calls_outstanding{service=\"slowpoke\"}"),
+        Some(0.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "wharf_calls_queued{service=\"slowpoke\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "wharf_calls_total{service=\"slowpoke\",code=\"200\"}"
+        ),
+        Some(15.0)
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "wharf_calls_total{service=\"slowpoke\",code=\"503\"}"
+        ),
+        Some(15.0)
+    );
+    assert_eq!(
+        sample(&page, "wharf_throttled_total{service=\"slowpoke\"}"),
+        Some(15.0)
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "wharf_call_duration_seconds_count{service=\"slowpoke\"}"
+        ),
+        Some(30.0)
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "wharf_cache_requests_total{service=\"slowpoke\",result=\"bypass\"}"
+        ),
+        Some(15.0)
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "wharf_upstream_requests_total{service=\"slowpoke\",backend=\"origin\",outcome=\"ok\"}"
+        ),
         Some(15.0)
     );
 }
@@ -115,12 +162,24 @@ async fn queued_call_gets_503_after_queue_timeout() {
     .await;
     let slow = via(&wharf, "/proxy", &testbed, "/slow?ms=3000");
     let holder = tokio::spawn(async move { get(&slow).await });
-    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") == 1 }).await);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            testbed.hits("/slow") == 1
+        })
+        .await
+    );
     let started = Instant::now();
     let queued = get(&via(&wharf, "/proxy", &testbed, "/fast")).await;
     assert_eq!(queued.status, 503);
-    assert!(queued.json()["message"].as_str().unwrap().contains("queue_timeout"));
-    assert!(started.elapsed() < Duration::from_millis(2500), "waited {:?}", started.elapsed());
+    assert!(queued.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("queue_timeout"));
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "waited {:?}",
+        started.elapsed()
+    );
     assert_eq!(holder.await.unwrap().status, 200);
 }
 
@@ -129,7 +188,12 @@ async fn a_flooded_service_never_delays_another() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let toml = format!(
         "{}{}",
-        proxy_table("flooded", "/flooded", &testbed, "max_concurrent_calls = 2\nmax_queued_calls = 200\nqueue_timeout = \"30s\""),
+        proxy_table(
+            "flooded",
+            "/flooded",
+            &testbed,
+            "max_concurrent_calls = 2\nmax_queued_calls = 200\nqueue_timeout = \"30s\""
+        ),
         proxy_table("calm", "/calm", &testbed, "")
     );
     let wharf = start_wharf(&toml).await;
@@ -142,7 +206,12 @@ async fn a_flooded_service_never_delays_another() {
             tokio::spawn(async move { (get(&url).await.status, started.elapsed()) })
         })
         .collect();
-    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") >= 2 }).await);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            testbed.hits("/slow") >= 2
+        })
+        .await
+    );
     let mut fast_done = Vec::new();
     for _ in 0..20 {
         let response = get(&via(&wharf, "/calm", &testbed, "/fast")).await;
@@ -187,8 +256,14 @@ async fn debug_inflight_lists_slow_calls_with_their_phase() {
     }
     assert!(seen, "{listed}");
     let calls_listed = listed.as_array().unwrap();
-    let ids: Vec<u64> = calls_listed.iter().map(|c| c["id"].as_u64().unwrap()).collect();
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "not oldest first: {listed}");
+    let ids: Vec<u64> = calls_listed
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "not oldest first: {listed}"
+    );
     for call in calls_listed {
         assert_eq!(call["service"], "proxy");
         assert_eq!(call["method"], "GET");
@@ -199,10 +274,16 @@ async fn debug_inflight_lists_slow_calls_with_their_phase() {
     for call in calls {
         assert_eq!(call.await.unwrap().status, 200);
     }
-    assert!(poll_until(Duration::from_secs(2), || async {
-        get(&wharf.admin_url("/debug/inflight")).await.json().as_array().is_some_and(Vec::is_empty)
-    })
-    .await);
+    assert!(
+        poll_until(Duration::from_secs(2), || async {
+            get(&wharf.admin_url("/debug/inflight"))
+                .await
+                .json()
+                .as_array()
+                .is_some_and(Vec::is_empty)
+        })
+        .await
+    );
 }
 
 #[tokio::test]
@@ -238,7 +319,10 @@ async fn slowloris_connections_are_closed_while_normal_calls_are_served() {
     .await;
     let mut silent = TcpStream::connect(wharf.addr).await.unwrap();
     let mut partial = TcpStream::connect(wharf.addr).await.unwrap();
-    partial.write_all(b"GET /proxy HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    partial
+        .write_all(b"GET /proxy HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
     let trickle = tokio::spawn(async move {
         // One header byte at a time, slower than the deadline allows.
         for byte in b"x-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter() {
@@ -250,11 +334,20 @@ async fn slowloris_connections_are_closed_while_normal_calls_are_served() {
         partial
     });
     for _ in 0..5 {
-        assert_eq!(get(&via(&wharf, "/proxy", &testbed, "/fast")).await.status, 200);
+        assert_eq!(
+            get(&via(&wharf, "/proxy", &testbed, "/fast")).await.status,
+            200
+        );
     }
-    assert!(closed_by_server(&mut silent, Duration::from_secs(3)).await, "silent connection kept open");
+    assert!(
+        closed_by_server(&mut silent, Duration::from_secs(3)).await,
+        "silent connection kept open"
+    );
     let mut partial = trickle.await.unwrap();
-    assert!(closed_by_server(&mut partial, Duration::from_secs(3)).await, "slowloris kept open");
+    assert!(
+        closed_by_server(&mut partial, Duration::from_secs(3)).await,
+        "slowloris kept open"
+    );
 }
 
 #[tokio::test]
@@ -264,13 +357,19 @@ async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
     )
     .await;
     let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
-    stream.write_all(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    stream
+        .write_all(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = [0u8; 1024];
     let n = stream.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
     let started = Instant::now();
     assert!(closed_by_server(&mut stream, Duration::from_secs(3)).await);
-    assert!(started.elapsed() >= Duration::from_millis(300), "closed before idle_timeout");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "closed before idle_timeout"
+    );
 }
 
 #[tokio::test]
@@ -291,13 +390,20 @@ async fn max_connections_makes_further_connections_wait() {
     }
     let page = metrics(&wharf).await;
     assert_eq!(sample(&page, "wharf_sessions_active"), Some(2.0), "{page}");
-    assert_eq!(sample(&page, "wharf_percent_of_max_sessions"), Some(100.0), "{page}");
+    assert_eq!(
+        sample(&page, "wharf_percent_of_max_sessions"),
+        Some(100.0),
+        "{page}"
+    );
 
     let mut third = TcpStream::connect(wharf.addr).await.unwrap();
     third.write_all(request).await.unwrap();
     let mut buf = [0u8; 1024];
     let early = tokio::time::timeout(Duration::from_millis(300), third.read(&mut buf)).await;
-    assert!(early.is_err(), "a third session was served beyond max_connections = 2");
+    assert!(
+        early.is_err(),
+        "a third session was served beyond max_connections = 2"
+    );
     drop(held.pop());
     let n = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf))
         .await
@@ -317,7 +423,12 @@ async fn in_process_drain_lets_calls_finish() {
             tokio::spawn(async move { get(&url).await })
         })
         .collect();
-    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") == 5 }).await);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            testbed.hits("/slow") == 5
+        })
+        .await
+    );
     let summary = wharf.stop().await;
     assert_eq!(summary.calls_cut, 0);
     for call in calls {
@@ -362,7 +473,9 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
         }
         lines
     });
-    let addr = addr_rx.recv_timeout(Duration::from_secs(20)).expect("wharf logs its address");
+    let addr = addr_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("wharf logs its address");
     let url = format!(
         "http://{addr}/proxy?url={}",
         encode(&testbed.url("/slow?ms=1000"))
@@ -373,7 +486,12 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
             tokio::spawn(async move { get(&url).await })
         })
         .collect();
-    assert!(poll_until(Duration::from_secs(5), || async { testbed.hits("/slow") == 5 }).await);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            testbed.hits("/slow") == 5
+        })
+        .await
+    );
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -383,9 +501,15 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
         let response = call.await.unwrap();
         assert_eq!(response.status, 200, "an in-flight call was cut");
     }
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     let logs = log_reader.join().unwrap().join("\n");
     assert!(status.success(), "exit {status:?}\n{logs}");
     assert!(logs.contains("draining"), "{logs}");
-    assert!(TcpStream::connect(&addr).await.is_err(), "still accepting after exit");
+    assert!(
+        TcpStream::connect(&addr).await.is_err(),
+        "still accepting after exit"
+    );
 }
