@@ -198,6 +198,11 @@ impl PatternBody {
                 let n = chunk.len() as u64;
                 self.pos += n;
                 self.due -= n;
+                // Say "end of stream" with the last frame, so hyper ends the response in the
+                // same write instead of polling once more.
+                self.done = self.due == 0
+                    && self.next_segment == self.segments.len()
+                    && self.ending == Ending::Finish;
                 return Poll::Ready(Some(Ok(Frame::data(chunk))));
             }
             if let Some(segment) = self.segments.get(self.next_segment).copied() {

@@ -177,11 +177,15 @@ async fn accept_loop(
     connections.shutdown().await;
 }
 
-/// The hyper-util auto builder: HTTP/1.1 (keep-alive, pipelined responses flushed together)
-/// and h2c.
+/// The hyper-util auto builder: HTTP/1.1 with keep-alive, and h2c.
+///
+/// Not `pipeline_flush(true)`: in hyper 1.x it switches the connection to the flattening
+/// write strategy (every body byte copied into one `Vec`) and skips flushes while request
+/// bytes are buffered, which let one slow reader of `/bytes/104857600` hold the whole
+/// 100 MiB body in memory. The default vectored strategy queues the static pattern slices.
 fn builder() -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().keep_alive(true).pipeline_flush(true);
+    builder.http1().keep_alive(true);
     builder
 }
 
