@@ -9,4 +9,5 @@ mod proxy_errors;
 mod proxy_ssrf;
 mod proxy_stream;
 mod route;
+mod stock_example;
 mod support;
