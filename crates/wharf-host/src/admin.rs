@@ -1,11 +1,14 @@
-//! The admin listener: `/metrics`, `/debug/inflight`, `/healthz`, `/readyz`.
+//! The admin listener: `/metrics`, `/debug/inflight`, `/healthz`, `/readyz`,
+//! and `POST /reload`.
 //!
 //! Bound separately from the service listener (loopback by default) so
 //! operators' probes neither count as sessions nor compete with calls.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -19,13 +22,27 @@ use crate::body::{full, ResponseBody};
 use crate::call::Inflight;
 use crate::error::json_error;
 
+/// Runs a reload; `Ok` carries a summary, `Err` why the new config was
+/// refused (the old one stays).
+pub type ReloadHook =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
+
 /// What the admin endpoints report on.
-#[derive(Debug)]
 pub struct AdminState {
     /// Set once the service listener accepts calls; cleared when draining.
     ready: AtomicBool,
     metrics: Arc<Metrics>,
     inflight: Arc<Inflight>,
+    /// Set once by the program that owns the config (`Host::on_reload`).
+    reload: OnceLock<ReloadHook>,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("ready", &self.ready)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AdminState {
@@ -34,7 +51,13 @@ impl AdminState {
             ready: AtomicBool::new(false),
             metrics,
             inflight,
+            reload: OnceLock::new(),
         }
+    }
+
+    /// Sets what `POST /reload` runs; only the first call takes effect.
+    pub(crate) fn set_reload(&self, hook: ReloadHook) -> bool {
+        self.reload.set(hook).is_ok()
     }
 
     pub(crate) fn set_ready(&self, ready: bool) {
@@ -86,6 +109,34 @@ pub fn respond<B>(state: &AdminState, request: &Request<B>) -> Response<Response
     }
 }
 
+/// Answers one admin request, including the async `POST /reload`.
+async fn answer<B>(state: &AdminState, request: Request<B>) -> Response<ResponseBody> {
+    if request.uri().path() != "/reload" {
+        return respond(state, &request);
+    }
+    if request.method() != http::Method::POST {
+        return json_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "use POST /reload",
+        );
+    }
+    let Some(reload) = state.reload.get() else {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this host has no config file to reload",
+        );
+    };
+    match reload().await {
+        Ok(summary) => {
+            let body = serde_json::json!({ "status": "reloaded", "message": summary }).to_string();
+            text(StatusCode::OK, "application/json", body)
+        }
+        Err(why) => json_error(StatusCode::BAD_REQUEST, "invalid_config", &why),
+    }
+}
+
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<ResponseBody> {
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
@@ -109,8 +160,8 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<AdminState>) {
         let state = state.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                let response = respond(&state, &request);
-                async move { Ok::<_, Infallible>(response) }
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(answer(&state, request).await) }
             });
             let builder = auto::Builder::new(TokioExecutor::new());
             if let Err(error) = builder

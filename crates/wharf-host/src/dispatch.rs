@@ -11,12 +11,12 @@ use tower::ServiceExt;
 use crate::body::{guard_body, ResponseBody};
 use crate::call::ClientAddr;
 use crate::error::json_error;
-use crate::registry::Registry;
+use crate::services::SharedRegistry;
 use crate::session::CallOnSession;
 
 /// What dispatch needs, shared by every connection.
 pub(crate) struct Dispatcher {
-    pub(crate) registry: Registry,
+    pub(crate) registry: SharedRegistry,
     pub(crate) max_header_bytes: usize,
 }
 
@@ -46,7 +46,14 @@ async fn route(dispatcher: &Dispatcher, request: Request<Incoming>) -> Response<
             ),
         );
     }
-    let Some(mounted) = dispatcher.registry.find(request.uri().path()) else {
+    // One read lock per call to take the current registry; a reload
+    // swaps it whole, so the call sees either the old or the new set.
+    let registry = dispatcher
+        .registry
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let Some(mounted) = registry.find(request.uri().path()) else {
         return json_error(
             StatusCode::NOT_FOUND,
             "not_found",

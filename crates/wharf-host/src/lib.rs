@@ -22,6 +22,7 @@ pub mod layers;
 mod registry;
 mod server;
 pub mod service;
+pub mod services;
 mod session;
 mod stack;
 
@@ -30,4 +31,5 @@ pub use call::{CallContext, Phase};
 pub use registry::Mount;
 pub use server::{Host, HostBuilder, HostError, RunSummary};
 pub use service::{handler, HostService};
+pub use services::{Reloader, ServiceSet};
 pub use wharf_metrics as metrics;

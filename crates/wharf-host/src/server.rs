@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -15,13 +15,14 @@ use tracing::{debug, info, warn};
 use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_metrics::{Metrics, SessionMetrics};
 
+use crate::admin::ReloadHook;
 use crate::admin::{self, AdminState};
 use crate::call::{ClientAddr, Inflight};
 use crate::dispatch::{dispatch, Dispatcher};
-use crate::registry::{Mount, Mounted, Registry};
+use crate::registry::Mount;
 use crate::service::HostService;
+use crate::services::{Reloader, ServiceSet};
 use crate::session::{ClockedStream, SessionClock, Verdict};
-use crate::stack::hosted;
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +42,7 @@ pub enum HostError {
 /// Collects services, then binds the listeners.
 pub struct HostBuilder {
     server: ServerConfig,
-    registry: Registry,
+    services: ServiceSet,
     metrics: Arc<Metrics>,
     inflight: Arc<Inflight>,
 }
@@ -49,12 +50,19 @@ pub struct HostBuilder {
 impl HostBuilder {
     /// A host with the `[server]` settings and no services yet.
     pub fn new(server: ServerConfig) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let inflight = Arc::new(Inflight::default());
         Self {
             server,
-            registry: Registry::default(),
-            metrics: Arc::new(Metrics::new()),
-            inflight: Arc::new(Inflight::default()),
+            services: ServiceSet::new(metrics.clone(), inflight.clone()),
+            metrics,
+            inflight,
         }
+    }
+
+    /// The services mounted so far.
+    pub fn services_mut(&mut self) -> &mut ServiceSet {
+        &mut self.services
     }
 
     /// The host's counters, for services that add their own series.
@@ -72,9 +80,7 @@ impl HostBuilder {
         limits: &LimitsConfig,
         service: HostService,
     ) -> Self {
-        let name = name.into();
-        let service = hosted(&name, limits, &self.metrics, &self.inflight, service);
-        self.registry.insert(mount, Mounted { name, service });
+        self.services.mount(&name.into(), mount, limits, service);
         self
     }
 
@@ -103,7 +109,7 @@ impl HostBuilder {
             listener,
             admin,
             dispatcher: Arc::new(Dispatcher {
-                registry: self.registry,
+                registry: Arc::new(RwLock::new(Arc::new(self.services.into_registry()))),
                 max_header_bytes: self.server.max_header_bytes,
             }),
             admin_state: Arc::new(AdminState::new(self.metrics, self.inflight)),
@@ -186,6 +192,22 @@ impl Host {
         self.admin_state.metrics()
     }
 
+    /// Sets what `POST {admin}/reload` runs (e.g. re-read the config file
+    /// and [`Reloader::replace`] the services). Returns false if a hook was
+    /// already set.
+    pub fn on_reload(&self, hook: ReloadHook) -> bool {
+        self.admin_state.set_reload(hook)
+    }
+
+    /// A handle that swaps the host's services while it runs.
+    pub fn reloader(&self) -> Reloader {
+        Reloader::new(
+            self.dispatcher.registry.clone(),
+            self.admin_state.metrics().clone(),
+            self.admin_state.inflight().clone(),
+        )
+    }
+
     /// Serves until `shutdown` resolves, then stops accepting, lets calls in
     /// flight finish for up to `shutdown_timeout`, and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
@@ -203,7 +225,12 @@ impl Host {
         let (stop_sessions, session_stop) = watch::channel(false);
         let admin_task = tokio::spawn(admin::serve(admin, admin_state.clone()));
         admin_state.set_ready(true);
-        let services: Vec<&str> = dispatcher.registry.names().collect();
+        let registry = dispatcher
+            .registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let services: Vec<&str> = registry.names().collect();
         info!(
             addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             ?services,

@@ -35,11 +35,14 @@ pub(crate) fn hosted(
         limits.queue_timeout,
     ));
     let sampled = (bulkhead.clone(), service_metrics.clone());
-    metrics.add_sampler(Box::new(move || {
-        let (bulkhead, metrics) = &sampled;
-        let stats = bulkhead.stats();
-        metrics.set_load(stats.processing, stats.queued, stats.percent_of_max_calls());
-    }));
+    metrics.set_sampler(
+        &format!("bulkhead:{name}"),
+        Box::new(move || {
+            let (bulkhead, metrics) = &sampled;
+            let stats = bulkhead.stats();
+            metrics.set_load(stats.processing, stats.queued, stats.percent_of_max_calls());
+        }),
+    );
 
     let throttled = ThrottleLayer::new(bulkhead, service_metrics.clone()).layer(service);
     let counted = CountLayer::new(service_metrics).layer(BoxCloneSyncService::new(throttled));

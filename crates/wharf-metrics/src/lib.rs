@@ -33,7 +33,9 @@ pub type Sampler = Box<dyn Fn() + Send + Sync>;
 /// Every wharf metric, registered once.
 pub struct Metrics {
     registry: Registry,
-    samplers: Mutex<Vec<Sampler>>,
+    /// Samplers by key; a reload replaces a service's sampler under the
+    /// same key instead of adding a second one.
+    samplers: Mutex<Vec<(String, Sampler)>>,
     calls_outstanding: Family<Labels, Gauge>,
     calls_queued: Family<Labels, Gauge>,
     percent_of_max_calls: Family<Labels, FloatGauge>,
@@ -108,7 +110,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "wharf_call_duration",
-            "Time from dispatch to response head",
+            "Time from dispatch until the response body is done, queueing included",
             Unit::Seconds,
             call_duration.clone(),
         );
@@ -249,12 +251,22 @@ impl Metrics {
         self.samplers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(sampler);
+            .push((String::new(), sampler));
+    }
+
+    /// Sets the sampler registered under `key`, replacing an earlier one
+    /// (a reloaded service samples its new state, not its old one).
+    pub fn set_sampler(&self, key: &str, sampler: Sampler) {
+        let mut samplers = self.samplers.lock().unwrap_or_else(|p| p.into_inner());
+        match samplers.iter_mut().find(|(k, _)| !k.is_empty() && k == key) {
+            Some(slot) => slot.1 = sampler,
+            None => samplers.push((key.to_owned(), sampler)),
+        }
     }
 
     /// Samples live values and renders the Prometheus text format.
     pub fn encode(&self) -> String {
-        for sampler in self
+        for (_, sampler) in self
             .samplers
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -83,10 +83,13 @@ impl ProxyService {
         ));
         let cache_metrics = metrics.cache(name);
         let sampled = (cache.clone(), cache_metrics.clone());
-        metrics.add_sampler(Box::new(move || {
-            let (cache, metrics) = &sampled;
-            metrics.sample(cache.bytes(), cache.evictions());
-        }));
+        metrics.set_sampler(
+            &format!("cache:{name}"),
+            Box::new(move || {
+                let (cache, metrics) = &sampled;
+                metrics.sample(cache.bytes(), cache.evictions());
+            }),
+        );
         Self {
             inner: Arc::new(Inner {
                 cache_metrics,

@@ -1,0 +1,144 @@
+//! Live reload: re-read the config file, validate it, and swap services,
+//! routes, backends and limits without dropping a connection or a call.
+//! An invalid file is refused with the reason and the old config stays.
+//!
+//! `[server]` settings (listeners, session limits) belong to sockets that
+//! are already open: a change there is reported as needing a restart and
+//! is not applied.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tracing::{info, warn};
+use wharf_config::{Config, ServerConfig};
+use wharf_host::admin::ReloadHook;
+use wharf_host::Reloader;
+
+use crate::catalogue::Catalogue;
+
+/// Reloads one host from one config file.
+pub struct ConfigReloader {
+    path: PathBuf,
+    reloader: Reloader,
+    /// The `[server]` table in force and the services built from the
+    /// last good config; one reload at a time.
+    state: Mutex<(ServerConfig, Catalogue)>,
+    /// Addresses given on the command line override the file's, now and
+    /// after every reload.
+    overrides: ServerOverrides,
+}
+
+/// Command-line overrides of `[server]` keys.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerOverrides {
+    /// `--listen`.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `--admin-listen`.
+    pub admin_listen: Option<std::net::SocketAddr>,
+}
+
+impl ServerOverrides {
+    /// Applies the overrides to `server`.
+    pub fn apply(&self, server: &mut ServerConfig) {
+        if let Some(listen) = self.listen {
+            server.listen = listen;
+        }
+        if let Some(admin_listen) = self.admin_listen {
+            server.admin_listen = admin_listen;
+        }
+    }
+}
+
+impl ConfigReloader {
+    /// A reloader for the host started from `current` (read from `path`).
+    pub fn new(
+        path: PathBuf,
+        current: &Config,
+        catalogue: Catalogue,
+        reloader: Reloader,
+        overrides: ServerOverrides,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            path,
+            reloader,
+            state: Mutex::new((current.server.clone(), catalogue)),
+            overrides,
+        })
+    }
+
+    /// Re-reads the file and applies it; `Err` says why it was refused.
+    pub async fn reload(&self) -> Result<String, String> {
+        let mut state = self.state.lock().await;
+        let path = self.path.clone();
+        let loaded = tokio::task::spawn_blocking(move || Config::load(&path))
+            .await
+            .map_err(|error| format!("reload task failed: {error}"))?;
+        let mut config = match loaded {
+            Ok(config) => config,
+            Err(error) => {
+                warn!(error = %error, "reload refused; the running config stays");
+                return Err(error.to_string());
+            }
+        };
+        self.overrides.apply(&mut config.server);
+        let mut set = self.reloader.service_set();
+        let (catalogue, rebuilt) = Catalogue::mount_all(&config, &mut set, Some(&state.1))
+            .map_err(|error| {
+                warn!(error = %error, "reload refused; the running config stays");
+                error.to_string()
+            })?;
+        self.reloader.replace(set);
+        let restart = server_changes(&state.0, &config.server);
+        state.1 = catalogue;
+        let mut summary = format!(
+            "{}: built {:?}, kept {:?}",
+            config.origin, rebuilt.built, rebuilt.kept
+        );
+        if !restart.is_empty() {
+            summary.push_str(&format!("; [server] {restart:?} changed: restart to apply"));
+            warn!(keys = ?restart, "[server] changes need a restart");
+        }
+        info!(built = ?rebuilt.built, kept = ?rebuilt.kept, "config reloaded");
+        Ok(summary)
+    }
+
+    /// The reload as an admin `POST /reload` hook.
+    pub fn hook(self: &Arc<Self>) -> ReloadHook {
+        let this = self.clone();
+        Arc::new(move || {
+            let this = this.clone();
+            Box::pin(async move { this.reload().await })
+        })
+    }
+}
+
+/// `[server]` keys whose value differs (they need a restart).
+fn server_changes(old: &ServerConfig, new: &ServerConfig) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    let mut check = |key: &'static str, differs: bool| {
+        if differs {
+            changed.push(key);
+        }
+    };
+    check("listen", old.listen != new.listen);
+    check("admin_listen", old.admin_listen != new.admin_listen);
+    check(
+        "max_connections",
+        old.max_connections != new.max_connections,
+    );
+    check(
+        "header_read_timeout",
+        old.header_read_timeout != new.header_read_timeout,
+    );
+    check(
+        "max_header_bytes",
+        old.max_header_bytes != new.max_header_bytes,
+    );
+    check("idle_timeout", old.idle_timeout != new.idle_timeout);
+    check(
+        "shutdown_timeout",
+        old.shutdown_timeout != new.shutdown_timeout,
+    );
+    changed
+}
