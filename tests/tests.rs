@@ -8,6 +8,7 @@ mod proxy_cache;
 mod proxy_errors;
 mod proxy_ssrf;
 mod proxy_stream;
+mod reload;
 mod route;
 mod stock_example;
 mod support;

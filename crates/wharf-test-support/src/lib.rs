@@ -17,7 +17,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use wharf_host::{HostBuilder, RunSummary};
+use wharf_host::{Host, HostBuilder, Reloader, RunSummary};
 
 pub use wharf_testbed::{expected_body, spawn as spawn_testbed, TestbedHandle};
 
@@ -27,6 +27,8 @@ pub struct RunningHost {
     pub addr: SocketAddr,
     /// The admin listener.
     pub admin_addr: SocketAddr,
+    /// Swaps the host's services (live reload).
+    pub reloader: Reloader,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<RunSummary>>,
 }
@@ -66,7 +68,13 @@ pub async fn spawn_host(builder: HostBuilder) -> RunningHost {
         .bind()
         .await
         .expect("test host binds port 0 on 127.0.0.1");
+    spawn_bound(host)
+}
+
+/// Serves an already bound host (after, e.g., setting its reload hook).
+pub fn spawn_bound(host: Host) -> RunningHost {
     let (addr, admin_addr) = (host.local_addr(), host.admin_addr());
+    let reloader = host.reloader();
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(host.run(async move {
         let _ = rx.await;
@@ -74,6 +82,7 @@ pub async fn spawn_host(builder: HostBuilder) -> RunningHost {
     RunningHost {
         addr,
         admin_addr,
+        reloader,
         shutdown: Some(tx),
         task: Some(task),
     }

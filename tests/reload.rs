@@ -1,0 +1,175 @@
+//! Live reload: services, routes and limits swapped under load with zero
+//! failed calls; an invalid config refused with the reason, the old one
+//! kept; unchanged services keep their state.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wharf::{assemble, ConfigReloader, ServerOverrides};
+use wharf_config::Config;
+
+use crate::support::*;
+
+fn config_text(testbed: &TestbedHandle, version: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [services.echo]\ntype = \"route\"\npath_prefix = \"/echo\"\nbackends = [\"http://{addr}\"]\n\
+         set_headers = {{ \"x-version\" = \"{version}\" }}\n\n\
+         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
+        addr = testbed.addr()
+    )
+}
+
+struct Reloadable {
+    wharf: RunningHost,
+    reloader: Arc<ConfigReloader>,
+    path: PathBuf,
+}
+
+async fn start(testbed: &TestbedHandle, name: &str) -> Reloadable {
+    let dir = std::env::temp_dir().join(format!("wharf-reload-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wharf.toml");
+    std::fs::write(&path, config_text(testbed, "1")).unwrap();
+    let config = Config::load(&path).unwrap();
+    let (builder, catalogue) = assemble(&config).unwrap();
+    let host = builder.bind().await.unwrap();
+    let reloader = ConfigReloader::new(
+        path.clone(),
+        &config,
+        catalogue,
+        host.reloader(),
+        ServerOverrides::default(),
+    );
+    assert!(host.on_reload(reloader.hook()));
+    Reloadable {
+        wharf: spawn_bound(host),
+        reloader,
+        path,
+    }
+}
+
+async fn version_seen(wharf: &RunningHost) -> String {
+    let echo = get(&wharf.url("/echo")).await.json();
+    echo["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0] == "x-version")
+        .map(|pair| pair[1].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn reload_under_load_fails_no_call() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let stack = start(&testbed, "load").await;
+    assert_eq!(version_seen(&stack.wharf).await, "1");
+
+    let failures = Arc::new(AtomicUsize::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_millis(1500);
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let url = stack.wharf.url("/echo");
+            let (failures, calls) = (failures.clone(), calls.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let response = get(&url).await;
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    if response.status != 200 || response.body.is_err() {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for version in ["2", "3", "4", "5", "6"] {
+        std::fs::write(&stack.path, config_text(&testbed, version)).unwrap();
+        let summary = stack.reloader.reload().await.unwrap();
+        assert!(summary.contains("built [\"echo\"]"), "{summary}");
+        assert!(summary.contains("kept [\"proxy\"]"), "{summary}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for task in load {
+        task.await.unwrap();
+    }
+    assert!(
+        calls.load(Ordering::Relaxed) > 20,
+        "too little load to mean anything"
+    );
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "calls failed during reloads"
+    );
+    assert_eq!(version_seen(&stack.wharf).await, "6");
+}
+
+#[tokio::test]
+async fn invalid_reload_is_refused_and_the_old_config_stays() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let stack = start(&testbed, "invalid").await;
+    std::fs::write(
+        &stack.path,
+        config_text(&testbed, "2").replace(
+            "path_prefix = \"/echo\"",
+            "path_prefix = \"/echo\"\ntimeout = \"soon\"",
+        ),
+    )
+    .unwrap();
+    let refused = stack.reloader.reload().await.unwrap_err();
+    assert!(refused.contains("wharf.toml:"), "{refused}");
+    assert!(refused.contains("timeout"), "{refused}");
+    assert_eq!(
+        version_seen(&stack.wharf).await,
+        "1",
+        "the refused config was applied"
+    );
+
+    // The same through the admin endpoint.
+    let response = post_empty(&stack.wharf.admin_url("/reload")).await;
+    assert_eq!(response.status, 400);
+    assert_eq!(response.json()["error"], "invalid_config");
+    std::fs::write(&stack.path, config_text(&testbed, "7")).unwrap();
+    let response = post_empty(&stack.wharf.admin_url("/reload")).await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    assert_eq!(version_seen(&stack.wharf).await, "7");
+}
+
+#[tokio::test]
+async fn an_unchanged_proxy_keeps_its_cache_across_reloads() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let stack = start(&testbed, "cache").await;
+    let url = stack.wharf.url(&format!(
+        "/proxy?url={}&cacheDuration=60",
+        encode(&testbed.url("/bytes/100"))
+    ));
+    assert_eq!(get(&url).await.header("x-cache"), "miss");
+    std::fs::write(&stack.path, config_text(&testbed, "2")).unwrap();
+    stack.reloader.reload().await.unwrap();
+    assert_eq!(get(&url).await.header("x-cache"), "hit");
+    assert_eq!(testbed.hits("/bytes/100"), 1);
+}
+
+/// `POST url` with an empty body.
+async fn post_empty(url: &str) -> TestResponse {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
+    let request = http::Request::post(url).body(Empty::new()).unwrap();
+    let response = client.request(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    TestResponse {
+        status: parts.status,
+        headers: parts.headers,
+        body: body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| e.to_string()),
+    }
+}
