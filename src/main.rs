@@ -1,19 +1,21 @@
-//! The `wharf` binary: parse the command line, start logging, dispatch to
+//! The `wharf` binary: parse the command line, start telemetry, dispatch to
 //! a subcommand in `cli/`, print any error chain once and set the exit code.
 
 mod cli;
+mod telemetry;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use tokio::runtime::Runtime;
+use wharf_config::TelemetryConfig;
 
 use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let exec_started = Instant::now();
     let cli = Cli::parse();
-    cli::init_logging(cli.log_format);
     // All worker threads start now (no ramp-up under a burst, seed 002).
     // Blocking-pool threads (name resolution) are kept for a day instead of
     // tokio's 10 s, so a call after an idle gap finds one ready (seed 001).
@@ -28,18 +30,39 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async move {
-        match cli.command {
-            Command::Serve(args) => cli::serve::run(args, exec_started).await,
-            Command::Check { config } => cli::check::run(&config),
-            Command::Testbed { listen } => cli::testbed::run(listen).await,
-        }
-    });
-    match result {
+    match run(cli, &runtime, exec_started) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("wharf: {error:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts telemetry and runs the subcommand. `serve` loads its config first, since its
+/// `[telemetry]` table says how to log and where to export traces; `check` and `testbed`
+/// log with the defaults. The telemetry guard drops at the end of each arm: after
+/// `block_on`, on this (non-worker) thread, with the runtime alive to send the last spans.
+fn run(cli: Cli, runtime: &Runtime, exec_started: Instant) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            let loaded = cli::serve::load(&args)?;
+            let started = Instant::now();
+            let _telemetry = {
+                // The trace export task is spawned on the runtime.
+                let _runtime = runtime.enter();
+                telemetry::init(&loaded.config.telemetry, cli.log_format)?
+            };
+            let telemetry_init = started.elapsed();
+            runtime.block_on(cli::serve::run(loaded, telemetry_init, exec_started))
+        }
+        Command::Check { config } => {
+            let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
+            cli::check::run(&config)
+        }
+        Command::Testbed { listen } => {
+            let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
+            runtime.block_on(cli::testbed::run(listen))
         }
     }
 }

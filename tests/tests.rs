@@ -12,3 +12,4 @@ mod reload;
 mod route;
 mod stock_example;
 mod support;
+mod telemetry;

@@ -13,9 +13,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "wharf", version, about)]
 pub(crate) struct Cli {
-    /// Log format on stderr (level from RUST_LOG, default "info").
-    #[arg(long, value_enum, default_value_t = LogFormat::Pretty, global = true)]
-    pub(crate) log_format: LogFormat,
+    /// Log format on stderr. Default: telemetry.log_format for `serve`, pretty otherwise. The
+    /// level comes from RUST_LOG, else telemetry.log_level ("info").
+    #[arg(long, value_enum, global = true)]
+    pub(crate) log_format: Option<LogFormat>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -45,17 +46,4 @@ pub(crate) enum Command {
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: SocketAddr,
     },
-}
-
-/// Installs the global tracing subscriber. `RUST_LOG` sets the filter.
-pub(crate) fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Pretty => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }

@@ -1,8 +1,11 @@
 //! `wharf serve`: load the config, build the services, run until a signal.
+//!
+//! Loading ([`load`]) comes first and apart from running ([`run`]): the config's
+//! `[telemetry]` table says how to log, so `main` installs telemetry in between.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tracing::info;
@@ -23,9 +26,17 @@ pub(crate) struct ServeArgs {
     admin_listen: Option<SocketAddr>,
 }
 
-/// Runs the host. `exec_started` is when the process began, so that the
-/// logged and exported start-up time covers everything (seed 003).
-pub(crate) async fn run(args: ServeArgs, exec_started: Instant) -> anyhow::Result<()> {
+/// A config ready to serve, and how long loading it took.
+pub(crate) struct LoadedConfig {
+    /// The validated config with the command-line overrides applied.
+    pub(crate) config: Config,
+    /// Start-up phase `config_load`.
+    config_load: Duration,
+}
+
+/// Loads the config (the embedded default without `--config`) and applies the address
+/// flags. Runs before logging is set up, so it logs nothing; `main` prints its error.
+pub(crate) fn load(args: &ServeArgs) -> anyhow::Result<LoadedConfig> {
     let phase_started = Instant::now();
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
@@ -37,7 +48,24 @@ pub(crate) async fn run(args: ServeArgs, exec_started: Instant) -> anyhow::Resul
     if let Some(admin_listen) = args.admin_listen {
         config.server.admin_listen = admin_listen;
     }
-    let config_load = phase_started.elapsed();
+    Ok(LoadedConfig {
+        config,
+        config_load: phase_started.elapsed(),
+    })
+}
+
+/// Runs the host. `exec_started` is when the process began, so that the
+/// logged and exported start-up time covers everything (seed 003);
+/// `telemetry_init` is how long installing telemetry took (between [`load`] and this).
+pub(crate) async fn run(
+    loaded: LoadedConfig,
+    telemetry_init: Duration,
+    exec_started: Instant,
+) -> anyhow::Result<()> {
+    let LoadedConfig {
+        config,
+        config_load,
+    } = loaded;
 
     let phase_started = Instant::now();
     let builder = wharf::build_host(&config)?;
@@ -45,8 +73,11 @@ pub(crate) async fn run(args: ServeArgs, exec_started: Instant) -> anyhow::Resul
 
     let metrics = builder.metrics().clone();
     let host = builder.bind().await.context("cannot start")?;
+    // Before "wharf listening": whoever reads that line may signal at once.
+    let shutdown = shutdown_signal();
     let ready = exec_started.elapsed();
     metrics.startup_phase("config_load", config_load.as_secs_f64());
+    metrics.startup_phase("telemetry_init", telemetry_init.as_secs_f64());
     metrics.startup_phase("services_init", services_init.as_secs_f64());
     metrics.startup_phase("exec_to_ready", ready.as_secs_f64());
     info!(
@@ -54,39 +85,67 @@ pub(crate) async fn run(args: ServeArgs, exec_started: Instant) -> anyhow::Resul
         admin = %host.admin_addr(),
         config = %config.origin,
         config_load_ms = config_load.as_secs_f64() * 1e3,
+        telemetry_init_ms = telemetry_init.as_secs_f64() * 1e3,
         services_init_ms = services_init.as_secs_f64() * 1e3,
         exec_to_ready_ms = ready.as_secs_f64() * 1e3,
         "wharf listening"
     );
-    let summary = host.run(shutdown_signal()).await;
+    let summary = host.run(shutdown).await;
     if summary.calls_cut > 0 {
-        tracing::warn!(calls_cut = summary.calls_cut, "shutdown_timeout reached; calls cut");
+        tracing::warn!(
+            calls_cut = summary.calls_cut,
+            "shutdown_timeout reached; calls cut"
+        );
     }
     Ok(())
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Watches SIGINT and SIGTERM from this call on, and resolves on the first of them. The
+/// handlers are installed here, not at the first poll: a signal sent as soon as
+/// "wharf listening" is logged must stop wharf cleanly, not kill it (default action).
+/// Call it inside the runtime.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let (interrupt, terminate) = {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let interrupt = async {
+                match interrupt {
+                    Ok(mut interrupt) => {
+                        interrupt.recv().await;
+                    }
+                    Err(_) => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
                 }
-            }
-            Err(error) => {
-                tracing::warn!(error = %error, "cannot watch SIGTERM; only SIGINT stops wharf");
-                let _ = interrupt.await;
+            };
+            let terminate = async {
+                match terminate {
+                    Ok(mut terminate) => {
+                        terminate.recv().await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %error, "cannot watch SIGTERM; only SIGINT stops wharf");
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = interrupt => {}
+                _ = terminate => {}
             }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        info!("shutdown signal received");
     }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
-    info!("shutdown signal received");
 }

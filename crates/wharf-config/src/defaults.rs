@@ -47,6 +47,19 @@ pub(crate) const ROUTE_TIMEOUT: &str = "10s";
 /// Route `retries`.
 pub(crate) const RETRIES: u64 = 1;
 
+/// `telemetry.log_format`.
+pub(crate) const LOG_FORMAT: &str = "pretty";
+/// `telemetry.log_level`.
+pub(crate) const LOG_LEVEL: &str = "info";
+/// `telemetry.service_name`.
+pub(crate) const SERVICE_NAME: &str = "wharf";
+/// `telemetry.sample_ratio`.
+pub(crate) const SAMPLE_RATIO: f64 = 1.0;
+/// `telemetry.otlp_endpoint` as shown in examples and messages (absent by default).
+pub(crate) const OTLP_ENDPOINT_EXAMPLE: &str = "http://127.0.0.1:4318";
+/// The OTLP/HTTP path of traces, appended to `telemetry.otlp_endpoint`.
+pub(crate) const OTLP_TRACES_PATH: &str = "/v1/traces";
+
 /// Largest `retries`.
 pub(crate) const MAX_RETRIES: u64 = 10;
 /// Largest connection, call and queue count: far beyond one host's reach, far below the

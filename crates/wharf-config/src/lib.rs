@@ -37,12 +37,14 @@ use std::path::Path;
 
 pub use error::{ConfigError, Problem};
 pub use model::{
-    LimitsConfig, ProxyConfig, RouteConfig, ServerConfig, ServiceConfig, ServiceKind, Strategy,
+    LimitsConfig, LogFormat, ProxyConfig, RouteConfig, ServerConfig, ServiceConfig, ServiceKind,
+    Strategy, TelemetryConfig,
 };
 pub use units::{parse_duration, parse_size, UnitError};
 
 /// The embedded default configuration, run by `wharf serve` without `--config`: the
-/// `[server]` defaults and one caching proxy service `proxy` at `/proxy`. A commented TOML
+/// `[server]` and `[telemetry]` defaults (pretty logs at info, no trace export) and one
+/// caching proxy service `proxy` at `/proxy`. A commented TOML
 /// document listing every key with its default, usable as a starting point for a config file.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -56,6 +58,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// The `[services.NAME]` tables, in file order. May be empty.
     pub services: Vec<ServiceConfig>,
+    /// The `[telemetry]` table (all defaults if absent: pretty logs at info, no trace export).
+    pub telemetry: TelemetryConfig,
     /// Where the config came from: the file name as given, or [`EMBEDDED_ORIGIN`].
     pub origin: String,
 }
@@ -104,6 +108,15 @@ impl Default for ServerConfig {
         Config::from_toml_str("", "<defaults>")
             .expect("an empty config is valid (a unit test checks it)")
             .server
+    }
+}
+
+impl Default for TelemetryConfig {
+    /// The `[telemetry]` defaults: pretty logs at `info`, no trace export.
+    fn default() -> Self {
+        Config::from_toml_str("", "<defaults>")
+            .expect("an empty config is valid (a unit test checks it)")
+            .telemetry
     }
 }
 

@@ -70,6 +70,7 @@ fn describe(message: &str) -> Option<Described> {
         "u8" | "u16" | "u32" | "u64" | "usize" if negative_ok => "an integer",
         "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer",
         "i8" | "i16" | "i32" | "i64" | "isize" => "an integer",
+        "f32" | "f64" => "a number",
         "a map" => "a table",
         "a sequence" => "an array",
         e if e.starts_with("struct ") => "a table",

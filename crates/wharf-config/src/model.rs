@@ -195,3 +195,55 @@ impl Strategy {
         }
     }
 }
+
+/// The `[telemetry]` table: log lines on stderr and trace export. The binary installs the
+/// tracing subscriber from it; nothing here acts on its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// `log_format`: how log lines are written on stderr. Default [`LogFormat::Pretty`].
+    /// The `--log-format` flag, when given, overrides it.
+    pub log_format: LogFormat,
+    /// `log_level`: which events are logged, as `tracing-subscriber` `EnvFilter` directives
+    /// (`"info"`, `"warn,wharf_proxy=debug"`). Default `"info"`; checked when the file is
+    /// loaded. The `RUST_LOG` environment variable, when set (and valid), replaces it. It
+    /// filters log lines only: exported traces always carry every call span and its phases.
+    pub log_level: String,
+    /// `otlp_endpoint`: base URL of an OTLP/HTTP collector (`http` or `https`, e.g.
+    /// `http://127.0.0.1:4318`); spans are posted as protobuf to `{otlp_endpoint}/v1/traces`
+    /// in batches, off the call path. Default none: no trace export. No credentials, query or
+    /// fragment; a path is kept as a prefix (a collector behind a reverse proxy). When the
+    /// collector is slow or down, spans queue up to a bound and the excess is dropped; calls
+    /// never wait for it.
+    pub otlp_endpoint: Option<Url>,
+    /// `service_name`: the `service.name` resource attribute of exported spans. Default
+    /// `"wharf"`; must not be empty.
+    pub service_name: String,
+    /// `sample_ratio`: the share of traces exported, chosen by trace id, from 0.0 (none) to
+    /// 1.0 (every call, the default). Used only with `otlp_endpoint`. Never NaN.
+    pub sample_ratio: f64,
+}
+
+// `sample_ratio` is validated to lie in 0.0..=1.0, so it is never NaN and `==` is total.
+impl Eq for TelemetryConfig {}
+
+/// How log lines are written (`telemetry.log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogFormat {
+    /// `"pretty"`: human-readable lines.
+    Pretty,
+    /// `"json"`: one JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// Every format, in the order error messages list them.
+    pub const ALL: [LogFormat; 2] = [LogFormat::Pretty, LogFormat::Json];
+
+    /// The spelling in the config file (`"json"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Pretty => "pretty",
+            LogFormat::Json => "json",
+        }
+    }
+}

@@ -26,6 +26,19 @@ pub(crate) type RawStringList = Spanned<Vec<Spanned<String>>>;
 pub(crate) struct RawConfig {
     pub(crate) server: Option<RawServer>,
     pub(crate) services: Option<BTreeMap<Spanned<String>, RawService>>,
+    pub(crate) telemetry: Option<RawTelemetry>,
+}
+
+/// The `[telemetry]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetry {
+    pub(crate) log_format: Option<Spanned<String>>,
+    pub(crate) log_level: Option<Spanned<String>>,
+    pub(crate) otlp_endpoint: Option<Spanned<String>>,
+    pub(crate) service_name: Option<Spanned<String>>,
+    /// A TOML float; serde also takes an integer (`1`) as a float.
+    pub(crate) sample_ratio: Option<Spanned<f64>>,
 }
 
 /// The `[server]` table.

@@ -74,6 +74,8 @@ fn embedded_default_spells_out_the_builtin_defaults() {
     assert_eq!(embedded.server, minimal.server);
     assert_eq!(embedded.services, minimal.services);
     assert_eq!(embedded.server, ServerConfig::default());
+    assert_eq!(embedded.telemetry, minimal.telemetry);
+    assert_eq!(embedded.telemetry, TelemetryConfig::default());
 }
 
 #[test]
@@ -279,7 +281,7 @@ fn unknown_key_at_top_level() {
     );
     let p = problem("# comment\nbogus = 1\n[server]\n");
     assert!(
-        p.starts_with("wharf.toml:2: bogus: unknown key `bogus`, expected `server` or `services`"),
+        p.starts_with("wharf.toml:2: bogus: unknown key `bogus`, expected one of `server`, `services`, `telemetry`"),
         "{p}"
     );
     let p = problem("[bogus]\n");

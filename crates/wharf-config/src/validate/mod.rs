@@ -3,13 +3,14 @@
 //!
 //! Validation never stops at the first problem: a [`Checker`] collects every problem (with
 //! its line, taken from the raw model's spans) and substitutes the default for a bad value so
-//! that later checks still run. The `[server]` table is checked in `server.rs`, proxy and
-//! route keys in `proxy.rs` and `route.rs`; this module holds the shared helpers, the service
+//! that later checks still run. The `[server]` table is checked in `server.rs`, `[telemetry]`
+//! in `telemetry.rs`, proxy and route keys in `proxy.rs` and `route.rs`; this module holds the shared helpers, the service
 //! table and the cross-key rules.
 
 mod proxy;
 mod route;
 mod server;
+mod telemetry;
 
 use std::ops::Range;
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub(crate) fn validate(raw: RawConfig, text: &str, file: &str) -> Result<Config,
         problems: Vec::new(),
     };
     let server = server::server(&mut c, &raw.server.unwrap_or_default());
+    let telemetry = telemetry::telemetry(&mut c, &raw.telemetry.unwrap_or_default());
 
     // BTreeMap order is by name; file order reads better and is what operators wrote.
     let mut entries: Vec<_> = raw.services.unwrap_or_default().into_iter().collect();
@@ -55,6 +57,7 @@ pub(crate) fn validate(raw: RawConfig, text: &str, file: &str) -> Result<Config,
         Ok(Config {
             server,
             services,
+            telemetry,
             origin: file.to_owned(),
         })
     } else {
