@@ -2,6 +2,7 @@
 //! where it is mounted, and which services a reload may keep as they are.
 
 use wharf_config::{Config, ServiceConfig, ServiceKind};
+use wharf_host::tls::TlsFiles;
 use wharf_host::{HostBuilder, HostService, Mount, ServiceSet};
 use wharf_proxy::ProxyService;
 use wharf_route::forward::RouteBuildError;
@@ -114,6 +115,15 @@ fn build(
 /// catalogue a reload starts from.
 pub fn assemble(config: &Config) -> Result<(HostBuilder, Catalogue), BuildError> {
     let mut host = HostBuilder::new(config.server.clone());
+    if let Some(tls) = &config.server.tls {
+        host = host.tls(TlsFiles {
+            cert: tls.cert.clone(),
+            key: tls.key.clone(),
+        });
+    }
+    if let Some(path) = &config.server.listen_unix {
+        host = host.listen_unix(path.clone());
+    }
     let (catalogue, _) = Catalogue::mount_all(config, host.services_mut(), None)?;
     Ok((host, catalogue))
 }

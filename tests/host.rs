@@ -1,8 +1,6 @@
 //! The host's qualities (SPEC §5, §1): bulkheads and queues, counters,
 //! /debug/inflight, session limits, graceful shutdown on SIGTERM.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -451,31 +449,8 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["--log-format", "json", "serve", "--config"])
-        .arg(&config)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let log_reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
-                if event["fields"]["message"] == "wharf listening" {
-                    let addr = event["fields"]["addr"].as_str().unwrap_or("").to_owned();
-                    let _ = addr_tx.send(addr);
-                }
-            }
-            lines.push(line);
-        }
-        lines
-    });
-    let addr = addr_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("wharf logs its address");
+    let wharf = WharfProcess::start(&config);
+    let addr = wharf.addr.clone();
     let url = format!(
         "http://{addr}/proxy?url={}",
         encode(&testbed.url("/slow?ms=1000"))
@@ -492,20 +467,12 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
         })
         .await
     );
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    wharf.signal("TERM");
     for call in calls {
         let response = call.await.unwrap();
         assert_eq!(response.status, 200, "an in-flight call was cut");
     }
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let logs = log_reader.join().unwrap().join("\n");
+    let (status, logs) = wharf.wait().await;
     assert!(status.success(), "exit {status:?}\n{logs}");
     assert!(logs.contains("draining"), "{logs}");
     assert!(

@@ -173,3 +173,48 @@ async fn post_empty(url: &str) -> TestResponse {
             .map_err(|e| e.to_string()),
     }
 }
+
+#[tokio::test]
+async fn sighup_reloads_the_running_binary_and_refuses_a_broken_file() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("wharf-sighup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wharf.toml");
+    std::fs::write(&path, config_text(&testbed, "1")).unwrap();
+    let wharf = WharfProcess::start(&path);
+    let version = |wharf: &WharfProcess| {
+        let url = wharf.url("/echo");
+        async move {
+            let echo = get(&url).await.json();
+            echo["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|pair| pair[0] == "x-version")
+                .map(|pair| pair[1].as_str().unwrap().to_owned())
+                .unwrap_or_default()
+        }
+    };
+    assert_eq!(version(&wharf).await, "1");
+    std::fs::write(&path, config_text(&testbed, "2")).unwrap();
+    wharf.signal("HUP");
+    assert!(
+        poll_until(Duration::from_secs(10), || async {
+            version(&wharf).await == "2"
+        })
+        .await,
+        "SIGHUP did not apply the new config"
+    );
+    std::fs::write(&path, "[services.broken\n").unwrap();
+    wharf.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        version(&wharf).await,
+        "2",
+        "a broken file replaced the running config"
+    );
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    assert!(status.success(), "{logs}");
+    assert!(logs.contains("reload refused"), "{logs}");
+}

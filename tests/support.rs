@@ -44,3 +44,73 @@ pub(crate) async fn stack(extra: &str) -> Stack {
     .await;
     Stack { testbed, wharf }
 }
+
+/// The built `wharf serve` binary running with JSON logs.
+pub(crate) struct WharfProcess {
+    child: std::process::Child,
+    /// The service listener's address, read from the "wharf listening" log line.
+    pub(crate) addr: String,
+    logs: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl WharfProcess {
+    /// Starts `wharf --log-format json serve --config PATH` and waits (bounded)
+    /// for it to log its address.
+    pub(crate) fn start(config: &std::path::Path) -> WharfProcess {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(config)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let logs = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if event["fields"]["message"] == "wharf listening" {
+                        let addr = event["fields"]["addr"].as_str().unwrap_or("").to_owned();
+                        let _ = addr_tx.send(addr);
+                    }
+                }
+                lines.push(line);
+            }
+            lines
+        });
+        let addr = addr_rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("wharf logs its address");
+        WharfProcess { child, addr, logs }
+    }
+
+    /// `http://ADDR` + `path`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Sends a signal by name (`TERM`, `HUP`, …) with kill(1).
+    pub(crate) fn signal(&self, name: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit; returns its status and every log line.
+    pub(crate) async fn wait(self) -> (std::process::ExitStatus, String) {
+        let WharfProcess {
+            mut child, logs, ..
+        } = self;
+        let status = tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        let logs = logs.join().unwrap().join("\n");
+        (status, logs)
+    }
+}

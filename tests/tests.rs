@@ -2,6 +2,7 @@
 //! the testbed as origin, real HTTP. One target, so it is built once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bindings;
 mod check;
 mod host;
 mod proxy_cache;

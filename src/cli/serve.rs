@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use std::sync::Arc;
 use tracing::info;
+
+use wharf::{ConfigReloader, ServerOverrides};
 use wharf_config::Config;
 
 /// Flags of `wharf serve`. Flags override only addresses; everything else
@@ -32,6 +35,9 @@ pub(crate) struct LoadedConfig {
     pub(crate) config: Config,
     /// Start-up phase `config_load`.
     config_load: Duration,
+    /// The file, when not the embedded default: what a reload re-reads.
+    path: Option<PathBuf>,
+    overrides: ServerOverrides,
 }
 
 /// Loads the config (the embedded default without `--config`) and applies the address
@@ -42,15 +48,16 @@ pub(crate) fn load(args: &ServeArgs) -> anyhow::Result<LoadedConfig> {
         Some(path) => Config::load(path)?,
         None => Config::embedded_default(),
     };
-    if let Some(listen) = args.listen {
-        config.server.listen = listen;
-    }
-    if let Some(admin_listen) = args.admin_listen {
-        config.server.admin_listen = admin_listen;
-    }
+    let overrides = ServerOverrides {
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+    };
+    overrides.apply(&mut config.server);
     Ok(LoadedConfig {
         config,
         config_load: phase_started.elapsed(),
+        path: args.config.clone(),
+        overrides,
     })
 }
 
@@ -65,16 +72,23 @@ pub(crate) async fn run(
     let LoadedConfig {
         config,
         config_load,
+        path,
+        overrides,
     } = loaded;
 
     let phase_started = Instant::now();
-    let builder = wharf::build_host(&config)?;
+    let (builder, catalogue) = wharf::assemble(&config)?;
     let services_init = phase_started.elapsed();
 
     let metrics = builder.metrics().clone();
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
     let shutdown = shutdown_signal();
+    if let Some(path) = path {
+        let reloader = ConfigReloader::new(path, &config, catalogue, host.reloader(), overrides);
+        host.on_reload(reloader.hook());
+        reload_on_sighup(reloader);
+    }
     let ready = exec_started.elapsed();
     metrics.startup_phase("config_load", config_load.as_secs_f64());
     metrics.startup_phase("telemetry_init", telemetry_init.as_secs_f64());
@@ -104,6 +118,31 @@ pub(crate) async fn run(
 /// handlers are installed here, not at the first poll: a signal sent as soon as
 /// "wharf listening" is logged must stop wharf cleanly, not kill it (default action).
 /// Call it inside the runtime.
+/// Reloads the config on every SIGHUP (the handler is installed now, so a
+/// SIGHUP right after start-up is not fatal).
+fn reload_on_sighup(reloader: Arc<ConfigReloader>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangup) => {
+                tokio::spawn(async move {
+                    while hangup.recv().await.is_some() {
+                        info!("SIGHUP: reloading the config");
+                        // reload() logs both outcomes; a refusal keeps the old config.
+                        let _ = reloader.reload().await;
+                    }
+                });
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot watch SIGHUP; use POST /reload on the admin listener");
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(reloader);
+}
+
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let (interrupt, terminate) = {

@@ -38,7 +38,7 @@ use std::path::Path;
 pub use error::{ConfigError, Problem};
 pub use model::{
     LimitsConfig, LogFormat, ProxyConfig, RouteConfig, ServerConfig, ServiceConfig, ServiceKind,
-    Strategy, TelemetryConfig,
+    Strategy, TelemetryConfig, TlsConfig,
 };
 pub use units::{parse_duration, parse_size, UnitError};
 

@@ -5,6 +5,7 @@
 //! happens at the limit; docs/configuration.md is the same reference for operators.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Method};
@@ -38,6 +39,23 @@ pub struct ServerConfig {
     /// cut. Default 30s; 0 cuts them at once. The process exits 0 either way and logs how many
     /// calls were cut.
     pub shutdown_timeout: Duration,
+    /// `tls_cert` and `tls_key`: when both are set, `listen` speaks TLS (ALPN h2 and
+    /// http/1.1) with this PEM certificate chain and key. Default: plain TCP. Setting one
+    /// without the other is an error; files must exist when the config is checked.
+    pub tls: Option<TlsConfig>,
+    /// `listen_unix`: an absolute path where the host also listens on a Unix socket (the
+    /// seeds' named pipe), plain HTTP. Default: none. A stale socket file at the path is
+    /// replaced; any other kind of file there is an error at start.
+    pub listen_unix: Option<PathBuf>,
+}
+
+/// The TLS files of the service listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// `tls_cert`: PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// `tls_key`: PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// One `[services.NAME]` table.

@@ -601,3 +601,48 @@ fn load_reads_files_and_names_them() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn tls_needs_both_files_and_they_must_exist() {
+    let dir = std::env::temp_dir().join(format!("wharf-config-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert = dir.join("cert.pem");
+    std::fs::write(&cert, "not checked here").unwrap();
+    let only_cert = format!("[server]\ntls_cert = {:?}\n", cert.display().to_string());
+    let error = Config::from_toml_str(&only_cert, "w.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("w.toml:2: server.tls_cert: TLS needs both"),
+        "{error}"
+    );
+    let missing_key = format!(
+        "[server]\ntls_cert = {:?}\ntls_key = \"/nonexistent/key.pem\"\n",
+        cert.display().to_string()
+    );
+    let error = Config::from_toml_str(&missing_key, "w.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("w.toml:3: server.tls_key"), "{error}");
+    let both = format!(
+        "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+        cert.display().to_string(),
+        cert.display().to_string()
+    );
+    let config = Config::from_toml_str(&both, "w.toml").unwrap();
+    assert_eq!(config.server.tls.unwrap().cert, cert);
+}
+
+#[test]
+fn listen_unix_must_be_absolute() {
+    let error = Config::from_toml_str("[server]\nlisten_unix = \"wharf.sock\"\n", "w.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("w.toml:2: server.listen_unix"), "{error}");
+    let config =
+        Config::from_toml_str("[server]\nlisten_unix = \"/tmp/w.sock\"\n", "w.toml").unwrap();
+    assert_eq!(
+        config.server.listen_unix.unwrap(),
+        std::path::PathBuf::from("/tmp/w.sock")
+    );
+}

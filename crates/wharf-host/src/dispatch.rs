@@ -26,10 +26,12 @@ pub(crate) struct Dispatcher {
 pub(crate) async fn dispatch(
     dispatcher: Arc<Dispatcher>,
     on_session: CallOnSession,
-    client: ClientAddr,
+    client: Option<ClientAddr>,
     mut request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
-    request.extensions_mut().insert(client);
+    if let Some(client) = client {
+        request.extensions_mut().insert(client);
+    }
     let response = route(&dispatcher, request).await;
     Ok(guard_body(response, on_session))
 }

@@ -25,6 +25,7 @@ pub mod service;
 pub mod services;
 mod session;
 mod stack;
+pub mod tls;
 
 pub use body::ResponseBody;
 pub use call::{CallContext, Phase};

@@ -3,14 +3,17 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Notify, Semaphore};
+use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_metrics::{Metrics, SessionMetrics};
@@ -23,6 +26,7 @@ use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
 use crate::session::{ClockedStream, SessionClock, Verdict};
+use crate::tls::{self, TlsError, TlsFiles};
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +41,17 @@ pub enum HostError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The Unix socket could not be bound.
+    #[error("cannot listen on unix socket {path}")]
+    BindUnix {
+        /// The socket path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The TLS certificate or key could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// Collects services, then binds the listeners.
@@ -45,6 +60,8 @@ pub struct HostBuilder {
     services: ServiceSet,
     metrics: Arc<Metrics>,
     inflight: Arc<Inflight>,
+    tls: Option<TlsFiles>,
+    unix: Option<PathBuf>,
 }
 
 impl HostBuilder {
@@ -57,7 +74,21 @@ impl HostBuilder {
             services: ServiceSet::new(metrics.clone(), inflight.clone()),
             metrics,
             inflight,
+            tls: None,
+            unix: None,
         }
+    }
+
+    /// Serves the TCP listener over TLS (ALPN h2 and http/1.1).
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
+    }
+
+    /// Also listens on a Unix socket at `path` (the seeds' named pipe).
+    pub fn listen_unix(mut self, path: PathBuf) -> Self {
+        self.unix = Some(path);
+        self
     }
 
     /// The services mounted so far.
@@ -94,6 +125,8 @@ impl HostBuilder {
         let started = Instant::now();
         let listener = bind("service", self.server.listen).await?;
         let admin = bind("admin", self.server.admin_listen).await?;
+        let tls = self.tls.as_ref().map(tls::acceptor).transpose()?;
+        let unix = self.unix.map(bind_unix).transpose()?;
         self.metrics
             .startup_phase("bind", started.elapsed().as_secs_f64());
         let sessions = Arc::new(Sessions {
@@ -108,6 +141,8 @@ impl HostBuilder {
         Ok(Host {
             listener,
             admin,
+            tls,
+            unix,
             dispatcher: Arc::new(Dispatcher {
                 registry: Arc::new(RwLock::new(Arc::new(self.services.into_registry()))),
                 max_header_bytes: self.server.max_header_bytes,
@@ -124,6 +159,8 @@ impl HostBuilder {
 pub struct Host {
     listener: TcpListener,
     admin: TcpListener,
+    tls: Option<TlsAcceptor>,
+    unix: Option<(UnixListener, PathBuf)>,
     dispatcher: Arc<Dispatcher>,
     admin_state: Arc<AdminState>,
     sessions: Arc<Sessions>,
@@ -199,6 +236,11 @@ impl Host {
         self.admin_state.set_reload(hook)
     }
 
+    /// The Unix socket listened on, if any.
+    pub fn unix_path(&self) -> Option<&Path> {
+        self.unix.as_ref().map(|(_, path)| path.as_path())
+    }
+
     /// A handle that swaps the host's services while it runs.
     pub fn reloader(&self) -> Reloader {
         Reloader::new(
@@ -214,6 +256,8 @@ impl Host {
         let Host {
             listener,
             admin,
+            tls,
+            unix,
             dispatcher,
             admin_state,
             sessions,
@@ -248,29 +292,54 @@ impl Host {
                     Err(_closed) => break,
                 },
             };
-            let (stream, peer) = tokio::select! {
+            let accepted = tokio::select! {
                 () = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        // EMFILE and friends: back off briefly instead of spinning.
-                        warn!(error = %error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                },
+                accepted = listener.accept() => accepted.map(|(stream, peer)| Accepted::Tcp(stream, peer)),
+                accepted = accept_unix(unix.as_ref()) => accepted.map(Accepted::Unix),
+            };
+            let accepted = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    warn!(error = %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
             };
             let session = sessions.opened();
-            let task = serve_session(
-                builder.clone(),
-                stream,
-                peer,
-                dispatcher.clone(),
-                session_stop.clone(),
-                session_limits,
-            );
+            let serve = SessionParts {
+                builder: builder.clone(),
+                dispatcher: dispatcher.clone(),
+                stop: session_stop.clone(),
+                limits: session_limits,
+            };
+            let tls = tls.clone();
             tokio::spawn(async move {
-                task.await;
+                match accepted {
+                    Accepted::Tcp(stream, peer) => {
+                        if let Err(error) = stream.set_nodelay(true) {
+                            debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
+                        }
+                        match tls {
+                            Some(tls) => {
+                                // The handshake counts against the head deadline.
+                                let handshake = tokio::time::timeout(
+                                    serve.limits.header_read_timeout,
+                                    tls.accept(stream),
+                                );
+                                match handshake.await {
+                                    Ok(Ok(stream)) => serve.run(stream, Some(peer)).await,
+                                    Ok(Err(error)) => {
+                                        debug!(peer = %peer, error = %error, "tls handshake failed")
+                                    }
+                                    Err(_) => debug!(peer = %peer, "tls handshake timed out"),
+                                }
+                            }
+                            None => serve.run(stream, Some(peer)).await,
+                        }
+                    }
+                    Accepted::Unix(stream) => serve.run(stream, None).await,
+                }
                 drop(session);
                 drop(slot);
             });
@@ -278,6 +347,10 @@ impl Host {
 
         admin_state.set_ready(false);
         drop(listener);
+        if let Some((unix_listener, path)) = unix {
+            drop(unix_listener);
+            let _ = std::fs::remove_file(path);
+        }
         let in_flight = admin_state.inflight().len();
         info!(
             in_flight,
@@ -324,19 +397,67 @@ fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// What every session task needs.
+struct SessionParts {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    dispatcher: Arc<Dispatcher>,
+    stop: watch::Receiver<bool>,
+    limits: SessionLimits,
+}
+
+/// A connection just accepted.
+enum Accepted {
+    Tcp(TcpStream, SocketAddr),
+    Unix(UnixStream),
+}
+
+/// Accepts on the Unix listener, or never when there is none.
+async fn accept_unix(unix: Option<&(UnixListener, PathBuf)>) -> std::io::Result<UnixStream> {
+    match unix {
+        Some((listener, _)) => listener.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
+    }
+}
+
+/// Binds a Unix socket, replacing a stale socket file (never another kind
+/// of file).
+fn bind_unix(path: PathBuf) -> Result<(UnixListener, PathBuf), HostError> {
+    use std::os::unix::fs::FileTypeExt;
+    let error = |source| HostError::BindUnix {
+        path: path.clone(),
+        source,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(&path).map_err(error)?;
+        }
+    }
+    let listener = UnixListener::bind(&path).map_err(error)?;
+    Ok((listener, path))
+}
+
+impl SessionParts {
+    async fn run<S>(self, stream: S, peer: Option<SocketAddr>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        serve_session(self, stream, peer).await;
+    }
+}
+
 /// Serves one connection until it ends, enforcing the session timeouts
 /// and closing gracefully when the host drains.
-async fn serve_session(
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    dispatcher: Arc<Dispatcher>,
-    mut stop: watch::Receiver<bool>,
-    limits: SessionLimits,
-) {
-    if let Err(error) = stream.set_nodelay(true) {
-        debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
-    }
+async fn serve_session<S>(parts: SessionParts, stream: S, peer: Option<SocketAddr>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let SessionParts {
+        builder,
+        dispatcher,
+        mut stop,
+        limits,
+    } = parts;
+    let peer_label = peer.map_or_else(|| "unix".to_owned(), |peer| peer.to_string());
     let clock = SessionClock::new();
     let io = TokioIo::new(ClockedStream::new(stream, clock.clone()));
     let service_clock = clock.clone();
@@ -344,7 +465,7 @@ async fn serve_session(
         dispatch(
             dispatcher.clone(),
             service_clock.call_started(),
-            ClientAddr(peer),
+            peer.map(ClientAddr),
             request,
         )
     });
@@ -355,12 +476,12 @@ async fn serve_session(
         let wake = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
             Verdict::WaitUntil(instant) => instant,
             Verdict::HeadTimedOut => {
-                debug!(peer = %peer, "request head not received within header_read_timeout; closing");
+                debug!(peer = %peer_label, "request head not received within header_read_timeout; closing");
                 return;
             }
             Verdict::Idle if closing => tokio::time::Instant::now() + limits.idle_timeout,
             Verdict::Idle => {
-                debug!(peer = %peer, "idle_timeout; closing");
+                debug!(peer = %peer_label, "idle_timeout; closing");
                 closing = true;
                 connection.as_mut().graceful_shutdown();
                 continue;
@@ -369,7 +490,7 @@ async fn serve_session(
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(error) = result {
-                    debug!(peer = %peer, error = %error, "connection ended with error");
+                    debug!(peer = %peer_label, error = %error, "connection ended with error");
                 }
                 return;
             }

@@ -1,12 +1,13 @@
 //! The `[server]` table: listeners, session and request-head limits.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use toml::Spanned;
 
 use super::{builtin_size, Checker};
 use crate::defaults;
-use crate::model::ServerConfig;
+use crate::model::{ServerConfig, TlsConfig};
 use crate::raw::RawServer;
 
 /// `server.listen` and `server.admin_listen`.
@@ -29,6 +30,50 @@ fn socket_addr(
             );
             c.report(Some(value.span()), key, message);
             default_value
+        }
+    }
+}
+
+/// `server.tls_cert` and `server.tls_key`: both or neither, files present.
+fn tls(c: &mut Checker<'_>, raw: &RawServer) -> Option<TlsConfig> {
+    let mut file = |key: &str, value: &Spanned<String>| {
+        let path = PathBuf::from(value.get_ref());
+        if path.is_file() {
+            Some(path)
+        } else {
+            c.report(
+                Some(value.span()),
+                key,
+                format!(
+                    "{:?} is not a readable file (a PEM file is expected)",
+                    value.get_ref()
+                ),
+            );
+            None
+        }
+    };
+    match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let cert = file("server.tls_cert", cert);
+            let key = file("server.tls_key", key);
+            Some(TlsConfig {
+                cert: cert?,
+                key: key?,
+            })
+        }
+        (Some(only), None) | (None, Some(only)) => {
+            let (key, missing) = if raw.tls_cert.is_some() {
+                ("server.tls_cert", "tls_key")
+            } else {
+                ("server.tls_key", "tls_cert")
+            };
+            c.report(
+                Some(only.span()),
+                key,
+                format!("TLS needs both tls_cert and tls_key: add {missing}"),
+            );
+            None
         }
     }
 }
@@ -100,7 +145,23 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         defaults::SHUTDOWN_TIMEOUT,
         "0s",
     );
+    let tls = tls(c, raw);
+    let listen_unix = raw.listen_unix.as_ref().and_then(|path| {
+        let value = path.get_ref();
+        if value.starts_with('/') && value.len() > 1 {
+            Some(PathBuf::from(value))
+        } else {
+            c.report(
+                Some(path.span()),
+                "server.listen_unix",
+                format!("{value:?} is not an absolute path (e.g. \"/run/wharf/wharf.sock\")"),
+            );
+            None
+        }
+    });
     ServerConfig {
+        tls,
+        listen_unix,
         listen,
         admin_listen,
         // Bounded above (MAX_COUNT, 16MiB): they fit a usize, 32-bit included.

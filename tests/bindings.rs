@@ -1,0 +1,139 @@
+//! Ways in: HTTP/1.1 and HTTP/2 over TLS (ALPN) and over a Unix socket.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use wharf_config::Config;
+
+use crate::support::*;
+
+/// A self-signed certificate for 127.0.0.1/localhost, written as PEM files.
+struct TestCert {
+    dir: std::path::PathBuf,
+    der: rustls::pki_types::CertificateDer<'static>,
+}
+
+fn test_cert(name: &str) -> TestCert {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let dir = std::env::temp_dir().join(format!("wharf-tls-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    TestCert {
+        dir,
+        der: cert.der().clone(),
+    }
+}
+
+fn client_config(cert: &TestCert) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.der.clone()).unwrap();
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+#[tokio::test]
+async fn tls_clients_are_served_over_http1_and_http2() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let cert = test_cert("ok");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n\
+         [services.all]\ntype = \"route\"\npath_prefix = \"/\"\nbackends = [\"http://{}\"]\n",
+        cert.dir.join("cert.pem").display().to_string(),
+        cert.dir.join("key.pem").display().to_string(),
+        testbed.addr()
+    );
+    let wharf = start_wharf(&toml).await;
+    let url = format!("https://localhost:{}/echo", wharf.addr.port());
+    for (http2, version) in [
+        (false, http::Version::HTTP_11),
+        (true, http::Version::HTTP_2),
+    ] {
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(client_config(&cert))
+            .https_only();
+        let connector = if http2 {
+            builder.enable_http2().build()
+        } else {
+            builder.enable_http1().build()
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(http2)
+            .build::<_, Empty<Bytes>>(connector);
+        let response = client.get(url.parse().unwrap()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.version(), version, "ALPN did not pick {version:?}");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let echo: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(echo["uri"], "/echo");
+    }
+    // A plain-HTTP client on the TLS port gets no answer, only a closed connection.
+    let plain = raw_exchange(
+        wharf.addr,
+        b"GET /echo HTTP/1.1\r\nhost: x\r\n\r\n",
+        std::time::Duration::from_secs(3),
+    )
+    .await;
+    assert!(!String::from_utf8_lossy(&plain).contains("200 OK"));
+}
+
+#[tokio::test]
+async fn a_key_that_does_not_match_stops_the_start_with_the_reason() {
+    let cert = test_cert("mismatch");
+    let other = test_cert("other");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n",
+        cert.dir.join("cert.pem").display().to_string(),
+        other.dir.join("key.pem").display().to_string(),
+    );
+    let config = Config::from_toml_str(&toml, "tls.toml").unwrap();
+    let error = match wharf::build_host(&config).unwrap().bind().await {
+        Ok(_) => panic!("a mismatched key was accepted"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("tls"), "{error}");
+}
+
+#[tokio::test]
+async fn unix_socket_listener_serves_calls() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("wharf-listen-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("wharf.sock");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nlisten_unix = {:?}\n\
+         [services.all]\ntype = \"route\"\npath_prefix = \"/\"\nbackends = [\"http://{}\"]\n",
+        socket.display().to_string(),
+        testbed.addr()
+    );
+    let wharf = start_wharf(&toml).await;
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get("/echo")
+        .header("host", "wharf")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let echo: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(echo["uri"], "/echo");
+    // No client IP over a Unix socket: no x-forwarded-for is invented.
+    assert!(!echo.to_string().contains("x-forwarded-for"), "{echo}");
+    let summary = wharf.stop().await;
+    assert_eq!(summary.calls_cut, 0);
+    assert!(!socket.exists(), "the socket file was left behind");
+}
