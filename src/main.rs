@@ -64,5 +64,9 @@ fn run(cli: Cli, runtime: &Runtime, exec_started: Instant) -> anyhow::Result<()>
             let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
             runtime.block_on(cli::testbed::run(listen))
         }
+        Command::Bench(args) => {
+            let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
+            runtime.block_on(cli::bench::run(args))
+        }
     }
 }

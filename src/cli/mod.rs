@@ -1,5 +1,6 @@
 //! The command line: subcommands and the flags shared by all of them.
 
+pub(crate) mod bench;
 pub(crate) mod check;
 pub(crate) mod serve;
 pub(crate) mod testbed;
@@ -46,4 +47,6 @@ pub(crate) enum Command {
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: SocketAddr,
     },
+    /// The load lab: the seeds' experiments against any HTTP targets, side by side.
+    Bench(bench::BenchArgs),
 }

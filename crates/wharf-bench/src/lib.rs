@@ -1,0 +1,361 @@
+//! The load lab behind `wharf bench` (SPEC §7): the seeds' experiments against any HTTP
+//! target, several targets compared side by side.
+//!
+//! A run is a [`Bench`]: one [`Scenario`] with its settings, one or more [`Target`]s and a
+//! number of rounds. [`run`] resolves every target first, then runs the rounds interleaved
+//! (round 1: A, B, …; round 2: A, B, …) so that slow drifts of the machine hit every target
+//! alike, and returns a [`Report`]: medians over rounds, ratios to the first target, the
+//! client's own CPU load, notes. [`report::table`], [`report::json`] and [`report::html`]
+//! render it.
+//!
+//! - [`client`]: the lean HTTP/1.1 client (hyper), one connection per call or keep-alive;
+//! - [`stats`]: HDR histograms, latency figures, error counts, medians;
+//! - [`scenarios`]: `responsiveness`, `first-call`, `idle`, `burst`, `cold-start`,
+//!   `throughput`, a file each;
+//! - [`rusage`]: the client's CPU load, the open-files limit.
+//!
+//! Calls that fail (connect errors, timeouts, non-2xx statuses, broken responses) are
+//! counted as errors and never recorded as latencies, so they can never pass for fast
+//! responses. The figures are only comparable as ratios between targets measured in one
+//! interleaved run on one machine; the reports say so.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), wharf_bench::BenchError> {
+//! use wharf_bench::{Bench, Scenario, Target, ThroughputConfig};
+//! let bench = Bench::new(
+//!     Scenario::Throughput(ThroughputConfig::default()),
+//!     vec![Target::new("testbed", "http://127.0.0.1:9000/fast")],
+//! );
+//! let report = wharf_bench::run(&bench).await?;
+//! print!("{}", wharf_bench::report::table::render(&report));
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod client;
+mod error;
+mod progress;
+pub mod report;
+pub mod rusage;
+pub mod scenarios;
+pub mod stats;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use client::{CallError, CALL_NUMBER};
+pub use error::BenchError;
+pub use report::Report;
+pub use rusage::{raise_nofile_limit, ClientLoad};
+pub use scenarios::burst::BurstConfig;
+pub use scenarios::cold_start::ColdStartConfig;
+pub use scenarios::first_call::FirstCallConfig;
+pub use scenarios::idle::IdleConfig;
+pub use scenarios::responsiveness::ResponsivenessConfig;
+pub use scenarios::throughput::ThroughputConfig;
+pub use scenarios::Scenario;
+pub use stats::{ErrorCounts, Latency};
+
+use crate::client::Endpoint;
+use crate::progress::Progress;
+use crate::report::TargetRounds;
+use crate::rusage::{CpuClock, LoadMeter};
+use crate::scenarios::{Ctx, Prepared};
+
+/// Default bound on one call, connect to last body byte.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One thing to measure: a named URL (template), with what some scenarios need besides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Its name in the reports.
+    pub name: String,
+    /// The scenario's main URL (the slow one in `responsiveness`); `{n}` is replaced by the
+    /// call's number.
+    pub url: String,
+    /// The fast URL of `responsiveness`.
+    pub fast_url: Option<String>,
+    /// The command `cold-start` (or `first-call`) starts: program, then arguments.
+    pub command: Option<Vec<String>>,
+}
+
+impl Target {
+    /// A target with one URL.
+    pub fn new(name: impl Into<String>, url: impl Into<String>) -> Target {
+        Target {
+            name: name.into(),
+            url: url.into(),
+            fast_url: None,
+            command: None,
+        }
+    }
+
+    /// The same target with the fast URL of `responsiveness`.
+    pub fn with_fast_url(mut self, url: impl Into<String>) -> Target {
+        self.fast_url = Some(url.into());
+        self
+    }
+
+    /// The same target with a command to start (program, then arguments).
+    pub fn with_command(mut self, words: Vec<String>) -> Target {
+        self.command = Some(words);
+        self
+    }
+
+    /// Parses `NAME=URL` or, for `responsiveness`, `NAME=SLOW_URL,FAST_URL` (the second URL
+    /// starts at the first `,http://`).
+    ///
+    /// ```
+    /// let t = wharf_bench::Target::parse("wharf=http://h:1/slow,http://h:1/fast").unwrap();
+    /// assert_eq!(t.name, "wharf");
+    /// assert_eq!(t.fast_url.as_deref(), Some("http://h:1/fast"));
+    /// ```
+    pub fn parse(spec: &str) -> Result<Target, BenchError> {
+        let (name, urls) = spec
+            .split_once('=')
+            .ok_or_else(|| BenchError::Settings(format!("target {spec:?}: expected NAME=URL")))?;
+        let name = name.trim();
+        if name.is_empty() || urls.is_empty() {
+            return Err(BenchError::Settings(format!(
+                "target {spec:?}: expected NAME=URL"
+            )));
+        }
+        Ok(
+            match urls.find(",http://").or_else(|| urls.find(",https://")) {
+                Some(i) => Target::new(name, &urls[..i]).with_fast_url(&urls[i + 1..]),
+                None => Target::new(name, urls),
+            },
+        )
+    }
+}
+
+/// Splits a command line into words as a POSIX shell would (quotes, backslashes), without
+/// running a shell.
+///
+/// ```
+/// let words = wharf_bench::split_command("wharf serve --config 'my dir/a.toml'").unwrap();
+/// assert_eq!(words, ["wharf", "serve", "--config", "my dir/a.toml"]);
+/// ```
+pub fn split_command(line: &str) -> Result<Vec<String>, BenchError> {
+    match shlex::split(line) {
+        Some(words) if !words.is_empty() => Ok(words),
+        _ => Err(BenchError::Settings(format!(
+            "command {line:?}: empty or unbalanced quotes"
+        ))),
+    }
+}
+
+/// `words` as one shell-quoted line, for the reports (the inverse of [`split_command`]).
+pub fn join_command(words: &[String]) -> String {
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+/// A benchmark run: scenario, targets, rounds.
+#[derive(Debug, Clone)]
+pub struct Bench {
+    /// The experiment and its settings.
+    pub scenario: Scenario,
+    /// What to measure; ratios are to the first.
+    pub targets: Vec<Target>,
+    /// Interleaved rounds (each measures every target once); at least 1.
+    pub rounds: u32,
+    /// Bound on each call, connect to last body byte (default [`DEFAULT_TIMEOUT`]).
+    pub timeout: Duration,
+    /// Draw a progress bar on stderr (only ever drawn when stderr is a terminal).
+    pub progress: bool,
+}
+
+impl Bench {
+    /// One round, the default timeout, no progress bar.
+    pub fn new(scenario: Scenario, targets: Vec<Target>) -> Bench {
+        Bench {
+            scenario,
+            targets,
+            rounds: 1,
+            timeout: DEFAULT_TIMEOUT,
+            progress: false,
+        }
+    }
+}
+
+/// Runs `bench`: checks and resolves the targets, raises the open-files limit, runs the
+/// rounds interleaved and builds the report.
+///
+/// Failed calls do not make this fail: they are counted in the report. It fails when the run
+/// cannot be done (bad settings or URLs, a command that does not start, a cold-start URL that
+/// already answers).
+pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
+    check(bench)?;
+    let mut notes = Vec::new();
+    let limit = raise_nofile_limit();
+    let needed = bench.scenario.connections();
+    if let Some(limit) = limit.filter(|&l| l < needed + 64) {
+        notes.push(format!(
+            "the open-files limit is {limit}, below the {needed} connections this run may \
+             hold: calls beyond it fail as connect errors (raise `ulimit -n`)"
+        ));
+    }
+    let mut prepared = Vec::with_capacity(bench.targets.len());
+    for target in &bench.targets {
+        let fast = match &target.fast_url {
+            Some(url) => Some(Arc::new(Endpoint::resolve(&target.name, url).await?)),
+            None => None,
+        };
+        prepared.push(Prepared {
+            name: target.name.clone(),
+            main: Arc::new(Endpoint::resolve(&target.name, &target.url).await?),
+            fast,
+            command: target.command.clone(),
+        });
+    }
+    let units = bench.scenario.units() * u64::from(bench.rounds) * prepared.len() as u64;
+    let ctx = Ctx {
+        timeout: bench.timeout,
+        progress: if bench.progress {
+            Progress::new(units, true)
+        } else {
+            Progress::hidden()
+        },
+    };
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let whole = CpuClock::now();
+    let mut collected: Vec<TargetRounds> = prepared
+        .iter()
+        .zip(&bench.targets)
+        .map(|(p, t)| TargetRounds {
+            name: p.name.clone(),
+            urls: std::iter::once(p.main.url().to_owned())
+                .chain(p.fast.as_ref().map(|f| f.url().to_owned()))
+                .collect(),
+            command: t.command.as_deref().map(join_command),
+            rounds: Vec::new(),
+        })
+        .collect();
+    for round in 1..=bench.rounds {
+        for (target, out) in prepared.iter().zip(&mut collected) {
+            ctx.progress.message(format!(
+                "{} round {round}/{} · {}",
+                bench.scenario.name(),
+                bench.rounds,
+                target.name
+            ));
+            let meter = LoadMeter::start();
+            let result = bench.scenario.round(target, &ctx).await;
+            let load = meter.finish();
+            match result {
+                Ok(measured) => out.rounds.push((measured, load)),
+                Err(error) => {
+                    ctx.progress.finish();
+                    return Err(error);
+                }
+            }
+        }
+    }
+    ctx.progress.finish();
+    let mut client = whole.load();
+    client.peak_busy = collected
+        .iter()
+        .flat_map(|t| t.rounds.iter().map(|(_, load)| load.peak_busy))
+        .fold(client.busy, f64::max);
+    notes.extend(client_notes(&client, &collected));
+    let report = Report {
+        scenario: bench.scenario.name().to_owned(),
+        settings: bench.scenario.settings(),
+        rounds: bench.rounds,
+        started_unix_ms,
+        client,
+        targets: Vec::new(),
+        notes: Vec::new(),
+    };
+    Ok(report::build(report, collected, notes))
+}
+
+fn check(bench: &Bench) -> Result<(), BenchError> {
+    if bench.targets.is_empty() {
+        return Err(BenchError::Settings("no target to measure".into()));
+    }
+    if bench.rounds == 0 {
+        return Err(BenchError::Settings("rounds must be at least 1".into()));
+    }
+    for (i, target) in bench.targets.iter().enumerate() {
+        if bench.targets[..i].iter().any(|t| t.name == target.name) {
+            return Err(BenchError::Settings(format!(
+                "two targets are named {:?}",
+                target.name
+            )));
+        }
+        bench.scenario.check(target)?;
+    }
+    Ok(())
+}
+
+/// What the reader must know about the client's own load, and how to read the figures.
+fn client_notes(client: &ClientLoad, targets: &[TargetRounds]) -> Vec<String> {
+    let mut notes = vec![format!(
+        "client (this process) CPU: {}; client and targets share this machine's {} cores, \
+         so compare targets by their ratios within one interleaved run, not by absolute figures",
+        client.describe(),
+        client.cores
+    )];
+    for target in targets {
+        let busiest = target.rounds.iter().map(|(_, load)| *load).reduce(|a, b| {
+            if b.peak_busy > a.peak_busy {
+                b
+            } else {
+                a
+            }
+        });
+        if let Some(load) = busiest {
+            if load.saturated() {
+                notes.push(format!(
+                    "WARNING: the client was near saturation while measuring {} ({}): the \
+                     figures may measure the client, not the target",
+                    target.name,
+                    load.describe()
+                ));
+            } else if load.peak_busy >= rusage::SATURATED {
+                notes.push(format!(
+                    "the client was briefly near saturation while measuring {} ({}): bursts \
+                     may have been slowed by the client itself",
+                    target.name,
+                    load.describe()
+                ));
+            }
+        }
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_specs() {
+        let t = Target::parse("a=http://h/x?u=1,2").unwrap();
+        assert_eq!((t.name.as_str(), t.url.as_str()), ("a", "http://h/x?u=1,2"));
+        assert_eq!(t.fast_url, None);
+        assert!(Target::parse("http://h/x").is_err());
+        assert!(Target::parse("=http://h/x").is_err());
+        assert!(split_command("a 'b").is_err());
+        let words = split_command("nginx -g 'daemon off;'").unwrap();
+        assert_eq!(words[2], "daemon off;");
+        assert_eq!(split_command(&join_command(&words)).unwrap(), words);
+        assert!(split_command("  ").is_err());
+    }
+
+    #[tokio::test]
+    async fn refuses_unusable_runs() {
+        let mut bench = Bench::new(Scenario::Burst(BurstConfig::default()), vec![]);
+        assert!(matches!(run(&bench).await, Err(BenchError::Settings(_))));
+        bench.targets = vec![Target::new("a", "http://127.0.0.1:1/"); 2];
+        assert!(matches!(run(&bench).await, Err(BenchError::Settings(_))));
+        bench.scenario = Scenario::Responsiveness(ResponsivenessConfig::default());
+        bench.targets.truncate(1);
+        assert!(matches!(run(&bench).await, Err(BenchError::Target { .. })));
+        bench.scenario = Scenario::ColdStart(ColdStartConfig::default());
+        assert!(matches!(run(&bench).await, Err(BenchError::Target { .. })));
+    }
+}

@@ -1,0 +1,114 @@
+//! `burst` (seed 002's thread ramp-up): K new connections at once, one call each.
+//!
+//! Every call's task and request are made first and wait on one signal, so the K connects
+//! leave together when it is given. A server that serves a burst at once has all K served,
+//! no errors, and a makespan close to its p99; one that ramps up workers (the seed's "1 thread
+//! per 500 ms") shows a long tail. Latency counts from each call's own start (connect
+//! included); `makespan_ms` from the signal to the last call's end.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use crate::client::fresh_call;
+use crate::report::{Better, Setting, Unit};
+use crate::scenarios::{join_all, setting, timeline, ClassRound, Ctx, Outcome, Prepared, Round};
+use crate::BenchError;
+
+/// Settings of `burst`.
+#[derive(Debug, Clone)]
+pub struct BurstConfig {
+    /// New connections opened at once, one call each (default 2000).
+    pub connections: u32,
+}
+
+impl Default for BurstConfig {
+    fn default() -> Self {
+        BurstConfig { connections: 2000 }
+    }
+}
+
+impl BurstConfig {
+    pub(crate) fn settings(&self) -> Vec<Setting> {
+        vec![setting("connections", self.connections)]
+    }
+
+    pub(crate) fn units(&self) -> u64 {
+        u64::from(self.connections)
+    }
+
+    pub(crate) fn check(&self) -> Result<(), BenchError> {
+        if self.connections == 0 {
+            return Err(BenchError::Settings(
+                "burst needs at least one connection".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One round: K calls released together.
+pub(crate) async fn round(
+    config: &BurstConfig,
+    target: &Prepared,
+    ctx: &Ctx,
+) -> Result<Round, BenchError> {
+    let (go_tx, go_rx) = watch::channel(false);
+    let tasks: Vec<_> = (0..u64::from(config.connections))
+        .map(|n| {
+            let req = target.main.request(n);
+            let endpoint = Arc::clone(&target.main);
+            let mut go = go_rx.clone();
+            let timeout = ctx.timeout;
+            let progress = ctx.progress.clone();
+            tokio::spawn(async move {
+                // Err only if the sender is gone, which it is not before `send` below.
+                let _ = go.wait_for(|&go| go).await;
+                let started = Instant::now();
+                let result = fresh_call(&endpoint, req, timeout).await;
+                let finished = Instant::now();
+                progress.inc(1);
+                Outcome {
+                    started,
+                    finished,
+                    result,
+                }
+            })
+        })
+        .collect();
+    // Let the tasks reach the signal before giving it.
+    tokio::task::yield_now().await;
+    let origin = Instant::now();
+    let _ = go_tx.send(true);
+    let outcomes = join_all(tasks, origin).await;
+
+    let mut round = Round::default();
+    let class = ClassRound::from_outcomes("calls", &outcomes);
+    let served = class.latencies.len();
+    let makespan = outcomes
+        .iter()
+        .map(|o| o.finished.saturating_duration_since(origin))
+        .max()
+        .unwrap_or_default();
+    round.classes.push(class);
+    round.metric("served", Some(served as f64), Unit::Count, Better::Higher);
+    round.metric(
+        "all_served",
+        Some(if served == u64::from(config.connections) {
+            1.0
+        } else {
+            0.0
+        }),
+        Unit::Flag,
+        Better::Higher,
+    );
+    round.metric(
+        "makespan_ms",
+        Some(makespan.as_secs_f64() * 1000.0),
+        Unit::Ms,
+        Better::Lower,
+    );
+    round.timelines.push(timeline("calls", origin, &outcomes));
+    Ok(round)
+}

@@ -1,0 +1,346 @@
+//! The scenarios: [`Scenario`] (which one, with its settings) and what one round of any of
+//! them yields (`Round`).
+//!
+//! A scenario runs one *round* against one target at a time; the runner interleaves rounds
+//! across targets (A B A B …) and the report combines them. A round is generic: latency
+//! classes (an HDR histogram and error counts each, e.g. `slow` and `fast`), scalar metrics
+//! (e.g. `slow_responses`), completion timelines for the plots and notes. Each scenario's file
+//! holds its settings type and its `round` function.
+
+pub mod burst;
+pub mod cold_start;
+pub mod first_call;
+pub mod idle;
+pub mod responsiveness;
+pub mod throughput;
+
+pub(crate) mod process;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{CallError, Endpoint};
+use crate::progress::Progress;
+use crate::report::{Better, Setting, Timeline, TimelinePoint, Unit};
+use crate::stats::{ErrorCounts, LatencyHistogram};
+use crate::BenchError;
+
+/// Which experiment to run, with its settings.
+#[derive(Debug, Clone)]
+pub enum Scenario {
+    /// N slow calls in flight, then M fast calls (seed 002).
+    Responsiveness(responsiveness::ResponsivenessConfig),
+    /// The first call on a new connection (or to a just-started server) vs warm calls (seed 000).
+    FirstCall(first_call::FirstCallConfig),
+    /// The first call after idle gaps vs warm calls (seed 001).
+    Idle(idle::IdleConfig),
+    /// K new connections at once, one call each (seed 002's burst).
+    Burst(burst::BurstConfig),
+    /// Exec a command, time to its first good response (seed 003).
+    ColdStart(cold_start::ColdStartConfig),
+    /// Closed loop at fixed concurrency on keep-alive connections.
+    Throughput(throughput::ThroughputConfig),
+}
+
+impl Scenario {
+    /// The scenario's name as on the command line (`first-call`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Responsiveness(_) => "responsiveness",
+            Scenario::FirstCall(_) => "first-call",
+            Scenario::Idle(_) => "idle",
+            Scenario::Burst(_) => "burst",
+            Scenario::ColdStart(_) => "cold-start",
+            Scenario::Throughput(_) => "throughput",
+        }
+    }
+
+    /// The settings, for the reports.
+    pub(crate) fn settings(&self) -> Vec<Setting> {
+        match self {
+            Scenario::Responsiveness(c) => c.settings(),
+            Scenario::FirstCall(c) => c.settings(),
+            Scenario::Idle(c) => c.settings(),
+            Scenario::Burst(c) => c.settings(),
+            Scenario::ColdStart(c) => c.settings(),
+            Scenario::Throughput(c) => c.settings(),
+        }
+    }
+
+    /// Progress units of one round against one target.
+    pub(crate) fn units(&self) -> u64 {
+        match self {
+            Scenario::Responsiveness(c) => c.units(),
+            Scenario::FirstCall(c) => c.units(),
+            Scenario::Idle(c) => c.units(),
+            Scenario::Burst(c) => c.units(),
+            Scenario::ColdStart(c) => c.units(),
+            Scenario::Throughput(c) => c.units(),
+        }
+    }
+
+    /// Simultaneous connections a round may hold open (to check the file limit).
+    pub(crate) fn connections(&self) -> u64 {
+        match self {
+            Scenario::Responsiveness(c) => u64::from(c.slow_calls) + u64::from(c.fast_calls),
+            Scenario::Burst(c) => u64::from(c.connections),
+            Scenario::Throughput(c) => u64::from(c.concurrency),
+            Scenario::FirstCall(_) | Scenario::Idle(_) | Scenario::ColdStart(_) => 2,
+        }
+    }
+
+    /// Refuses settings that cannot run; `target` is checked for what the scenario needs.
+    pub(crate) fn check(&self, target: &crate::Target) -> Result<(), BenchError> {
+        let missing = |what: &str| {
+            Err(BenchError::Target {
+                target: target.name.clone(),
+                what: what.to_owned(),
+            })
+        };
+        match self {
+            Scenario::Responsiveness(c) => {
+                if target.fast_url.is_none() {
+                    return missing("responsiveness needs a fast URL (NAME=SLOW_URL,FAST_URL)");
+                }
+                c.check()
+            }
+            Scenario::ColdStart(c) => {
+                if target.command.as_ref().is_none_or(Vec::is_empty) {
+                    return missing("cold-start needs a command (--cmd)");
+                }
+                c.check()
+            }
+            Scenario::FirstCall(c) => c.check(),
+            Scenario::Idle(c) => c.check(),
+            Scenario::Burst(c) => c.check(),
+            Scenario::Throughput(c) => c.check(),
+        }
+    }
+
+    /// Runs one round against `target`.
+    pub(crate) async fn round(&self, target: &Prepared, ctx: &Ctx) -> Result<Round, BenchError> {
+        match self {
+            Scenario::Responsiveness(c) => responsiveness::round(c, target, ctx).await,
+            Scenario::FirstCall(c) => first_call::round(c, target, ctx).await,
+            Scenario::Idle(c) => idle::round(c, target, ctx).await,
+            Scenario::Burst(c) => burst::round(c, target, ctx).await,
+            Scenario::ColdStart(c) => cold_start::round(c, target, ctx).await,
+            Scenario::Throughput(c) => throughput::round(c, target, ctx).await,
+        }
+    }
+}
+
+/// A target with its URLs resolved.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// The target's name.
+    pub(crate) name: String,
+    /// The main URL (the slow one in `responsiveness`).
+    pub(crate) main: Arc<Endpoint>,
+    /// The fast URL of `responsiveness`.
+    pub(crate) fast: Option<Arc<Endpoint>>,
+    /// The command of `cold-start` (and optionally `first-call`).
+    pub(crate) command: Option<Vec<String>>,
+}
+
+/// What every round gets from the runner.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    /// Bound on each call, connect to last body byte.
+    pub(crate) timeout: Duration,
+    /// The run's progress bar.
+    pub(crate) progress: Progress,
+}
+
+/// What one round against one target measured.
+#[derive(Debug, Default)]
+pub(crate) struct Round {
+    /// Latency classes, in display order.
+    pub(crate) classes: Vec<ClassRound>,
+    /// Scalar results, in display order.
+    pub(crate) metrics: Vec<MetricRound>,
+    /// Completions over time, for the plots.
+    pub(crate) timelines: Vec<Timeline>,
+    /// Things the reader must know about this round.
+    pub(crate) notes: Vec<String>,
+}
+
+impl Round {
+    /// Adds a metric.
+    pub(crate) fn metric(&mut self, name: &str, value: Option<f64>, unit: Unit, better: Better) {
+        self.metrics.push(MetricRound {
+            name: name.to_owned(),
+            value,
+            unit,
+            better,
+        });
+    }
+}
+
+/// One latency class of one round: successes in the histogram, failures counted.
+#[derive(Debug, Default)]
+pub(crate) struct ClassRound {
+    pub(crate) name: String,
+    pub(crate) latencies: LatencyHistogram,
+    pub(crate) errors: ErrorCounts,
+}
+
+impl ClassRound {
+    /// An empty class.
+    pub(crate) fn new(name: &str) -> ClassRound {
+        ClassRound {
+            name: name.to_owned(),
+            ..ClassRound::default()
+        }
+    }
+
+    /// Records one call: its latency if it succeeded, its error otherwise.
+    pub(crate) fn record(&mut self, latency: Duration, result: &Result<(), CallError>) {
+        match result {
+            Ok(()) => self.latencies.record(latency),
+            Err(error) => self.errors.record(error),
+        }
+    }
+
+    /// A class made of `outcomes`.
+    pub(crate) fn from_outcomes(name: &str, outcomes: &[Outcome]) -> ClassRound {
+        let mut class = ClassRound::new(name);
+        for o in outcomes {
+            class.record(o.finished - o.started, &o.result);
+        }
+        class
+    }
+}
+
+/// One scalar result of one round.
+#[derive(Debug)]
+pub(crate) struct MetricRound {
+    pub(crate) name: String,
+    pub(crate) value: Option<f64>,
+    pub(crate) unit: Unit,
+    pub(crate) better: Better,
+}
+
+/// One timed call.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// When the call began (before connecting, for a call on a new connection).
+    pub(crate) started: Instant,
+    /// When its last body byte was read, or it failed.
+    pub(crate) finished: Instant,
+    /// Success (2xx, whole body) or why not.
+    pub(crate) result: Result<(), CallError>,
+}
+
+impl Outcome {
+    /// A call whose task was lost (panicked or cancelled).
+    pub(crate) fn lost(at: Instant) -> Outcome {
+        Outcome {
+            started: at,
+            finished: at,
+            result: Err(CallError::Lost),
+        }
+    }
+}
+
+/// Points kept per timeline (the plots need no more).
+const TIMELINE_POINTS: usize = 200;
+
+/// The cumulative count of successful calls over time since `origin`.
+pub(crate) fn timeline(name: &str, origin: Instant, outcomes: &[Outcome]) -> Timeline {
+    let mut seconds: Vec<f64> = outcomes
+        .iter()
+        .filter(|o| o.result.is_ok())
+        .map(|o| o.finished.saturating_duration_since(origin).as_secs_f64())
+        .collect();
+    seconds.sort_by(f64::total_cmp);
+    let step = seconds.len().div_ceil(TIMELINE_POINTS).max(1);
+    let mut points: Vec<TimelinePoint> = seconds
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| (i + 1) % step == 0 || i + 1 == seconds.len())
+        .map(|(i, &s)| TimelinePoint {
+            seconds: s,
+            completed: i as u64 + 1,
+        })
+        .collect();
+    points.insert(
+        0,
+        TimelinePoint {
+            seconds: 0.0,
+            completed: 0,
+        },
+    );
+    Timeline {
+        name: name.to_owned(),
+        points,
+    }
+}
+
+/// Awaits every call task; a task that ended without a result counts as a lost call.
+pub(crate) async fn join_all(
+    tasks: Vec<tokio::task::JoinHandle<Outcome>>,
+    origin: Instant,
+) -> Vec<Outcome> {
+    let mut outcomes = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        outcomes.push(task.await.unwrap_or_else(|_| Outcome::lost(origin)));
+    }
+    outcomes
+}
+
+/// `d` as the reports write it: `500ms`, `20s`, `2m30s`.
+pub(crate) fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 || ms % 1000 != 0 {
+        format!("{ms}ms")
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms > 60_000 {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
+    } else {
+        format!("{}s", ms / 1000)
+    }
+}
+
+/// A setting for the reports.
+pub(crate) fn setting(name: &str, value: impl ToString) -> Setting {
+    Setting {
+        name: name.to_owned(),
+        value: value.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(human(Duration::from_millis(500)), "500ms");
+        assert_eq!(human(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(human(Duration::from_secs(20)), "20s");
+        assert_eq!(human(Duration::from_secs(120)), "2m");
+        assert_eq!(human(Duration::from_secs(150)), "2m30s");
+    }
+
+    #[test]
+    fn timelines_are_cumulative_and_short() {
+        let origin = Instant::now();
+        let outcomes: Vec<Outcome> = (0..1000u64)
+            .map(|i| Outcome {
+                started: origin,
+                finished: origin + Duration::from_millis(i),
+                result: if i % 10 == 0 {
+                    Err(CallError::Lost)
+                } else {
+                    Ok(())
+                },
+            })
+            .collect();
+        let t = timeline("x", origin, &outcomes);
+        assert!(t.points.len() <= TIMELINE_POINTS + 2, "{}", t.points.len());
+        assert_eq!(t.points.last().unwrap().completed, 900);
+        assert!(t.points.windows(2).all(|w| w[0].seconds <= w[1].seconds));
+    }
+}

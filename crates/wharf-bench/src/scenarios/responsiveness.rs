@@ -1,0 +1,147 @@
+//! `responsiveness` (seed 002): do slow calls in flight slow down fast ones?
+//!
+//! N calls to the slow URL start together, each on a connection of its own (as the seed's
+//! 25 `WebClient` threads did); after `delay`, M calls to the fast URL start together the same
+//! way. Each class gets its latency figures (connect included) and errors. The verdict is
+//! `slow_responses`, the seed's count: fast calls that succeeded but finished after the first
+//! slow call had succeeded. A server that never lets slow calls hold up fast ones scores 0
+//! whatever N is; one that queues fast calls behind slow ones scores M. Failed fast calls are
+//! errors, never fast responses.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{fresh_call, Endpoint};
+use crate::report::{Better, Setting, Unit};
+use crate::scenarios::{
+    human, join_all, setting, timeline, ClassRound, Ctx, Outcome, Prepared, Round,
+};
+use crate::BenchError;
+
+/// Settings of `responsiveness`.
+#[derive(Debug, Clone)]
+pub struct ResponsivenessConfig {
+    /// Calls to the slow URL, all started at once (default 25).
+    pub slow_calls: u32,
+    /// Calls to the fast URL, all started at once `delay` after the slow ones (default 25).
+    pub fast_calls: u32,
+    /// Pause between starting the slow calls and starting the fast ones (default 500 ms).
+    pub delay: Duration,
+}
+
+impl Default for ResponsivenessConfig {
+    fn default() -> Self {
+        ResponsivenessConfig {
+            slow_calls: 25,
+            fast_calls: 25,
+            delay: Duration::from_millis(500),
+        }
+    }
+}
+
+impl ResponsivenessConfig {
+    pub(crate) fn settings(&self) -> Vec<Setting> {
+        vec![
+            setting("slow_calls", self.slow_calls),
+            setting("fast_calls", self.fast_calls),
+            setting("delay", human(self.delay)),
+        ]
+    }
+
+    pub(crate) fn units(&self) -> u64 {
+        u64::from(self.slow_calls) + u64::from(self.fast_calls)
+    }
+
+    pub(crate) fn check(&self) -> Result<(), BenchError> {
+        if self.slow_calls == 0 || self.fast_calls == 0 {
+            return Err(BenchError::Settings(
+                "responsiveness needs at least one slow and one fast call".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Starts one call per request, each on its own connection, and returns their tasks.
+fn start_calls(
+    endpoint: &Arc<Endpoint>,
+    count: u32,
+    ctx: &Ctx,
+) -> Vec<tokio::task::JoinHandle<Outcome>> {
+    // Requests are built before any call starts, so the calls start back to back.
+    let requests: Vec<_> = (0..u64::from(count)).map(|n| endpoint.request(n)).collect();
+    requests
+        .into_iter()
+        .map(|req| {
+            let endpoint = Arc::clone(endpoint);
+            let timeout = ctx.timeout;
+            let progress = ctx.progress.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = fresh_call(&endpoint, req, timeout).await;
+                let finished = Instant::now();
+                progress.inc(1);
+                Outcome {
+                    started,
+                    finished,
+                    result,
+                }
+            })
+        })
+        .collect()
+}
+
+/// One round: the slow calls, the pause, the fast calls, then every result.
+pub(crate) async fn round(
+    config: &ResponsivenessConfig,
+    target: &Prepared,
+    ctx: &Ctx,
+) -> Result<Round, BenchError> {
+    let fast = target.fast.as_ref().ok_or_else(|| BenchError::Target {
+        target: target.name.clone(),
+        what: "responsiveness needs a fast URL".into(),
+    })?;
+    let origin = Instant::now();
+    let slow_tasks = start_calls(&target.main, config.slow_calls, ctx);
+    tokio::time::sleep(config.delay).await;
+    let fast_started = Instant::now();
+    let fast_tasks = start_calls(fast, config.fast_calls, ctx);
+    let slow = join_all(slow_tasks, origin).await;
+    let fast = join_all(fast_tasks, fast_started).await;
+
+    let mut round = Round::default();
+    let first_slow_done = slow
+        .iter()
+        .filter(|o| o.result.is_ok())
+        .map(|o| o.finished)
+        .min();
+    let slow_responses = first_slow_done.map_or(0, |first| {
+        fast.iter()
+            .filter(|o| o.result.is_ok() && o.finished > first)
+            .count()
+    });
+    match first_slow_done {
+        None => round.notes.push(format!(
+            "no slow call succeeded, so slow_responses (0) says nothing; \
+             fast calls that failed are counted as errors ({})",
+            fast.iter().filter(|o| o.result.is_err()).count()
+        )),
+        Some(first) if first <= fast_started => round.notes.push(format!(
+            "a slow call finished {:.0}ms after the start, before the fast calls began: \
+             the slow URL is not slow enough to test anything",
+            (first - origin).as_secs_f64() * 1000.0
+        )),
+        Some(_) => {}
+    }
+    round.classes.push(ClassRound::from_outcomes("slow", &slow));
+    round.classes.push(ClassRound::from_outcomes("fast", &fast));
+    round.metric(
+        "slow_responses",
+        Some(slow_responses as f64),
+        Unit::Count,
+        Better::Lower,
+    );
+    round.timelines.push(timeline("slow", origin, &slow));
+    round.timelines.push(timeline("fast", origin, &fast));
+    Ok(round)
+}

@@ -1,0 +1,165 @@
+//! `throughput`: a closed loop at fixed concurrency on keep-alive connections.
+//!
+//! `concurrency` workers each keep one connection and send the next request as soon as the
+//! previous response has been read. Nothing is recorded during `warmup`; then, for
+//! `duration`, every call that finishes counts: requests/s are successful calls per second
+//! of that window, latencies are theirs, errors are counted. A connection that breaks is
+//! reopened (the reconnect is part of the next call's latency); after a connect error a worker
+//! pauses `RETRY_PAUSE` so a dead target is not hammered. Calls still in flight when the
+//! window closes are abandoned. Each worker keeps its own histogram; they are merged at the
+//! end, so workers share nothing while measuring.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{keep_alive_call, CallError, Endpoint};
+use crate::progress::{ticks, Progress};
+use crate::report::{Better, Setting, Unit};
+use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
+use crate::stats::ErrorCounts;
+use crate::BenchError;
+
+/// Pause of a worker after a connect error.
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// Settings of `throughput`.
+#[derive(Debug, Clone)]
+pub struct ThroughputConfig {
+    /// Workers, each with one keep-alive connection and one call at a time (default 64).
+    pub concurrency: u32,
+    /// The measured window (default 10 s).
+    pub duration: Duration,
+    /// Load before the window, not recorded (default 2 s).
+    pub warmup: Duration,
+}
+
+impl Default for ThroughputConfig {
+    fn default() -> Self {
+        ThroughputConfig {
+            concurrency: 64,
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ThroughputConfig {
+    pub(crate) fn settings(&self) -> Vec<Setting> {
+        vec![
+            setting("concurrency", self.concurrency),
+            setting("duration", human(self.duration)),
+            setting("warmup", human(self.warmup)),
+        ]
+    }
+
+    pub(crate) fn units(&self) -> u64 {
+        ticks(self.warmup + self.duration)
+    }
+
+    pub(crate) fn check(&self) -> Result<(), BenchError> {
+        if self.concurrency == 0 || self.duration.is_zero() {
+            return Err(BenchError::Settings(
+                "throughput needs a concurrency and a duration above zero".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one worker measured.
+struct Worker {
+    class: ClassRound,
+    warmup_errors: ErrorCounts,
+}
+
+/// One worker's loop until `end`; calls finishing before `measure_from` are not recorded.
+async fn worker(
+    endpoint: Arc<Endpoint>,
+    first_n: u64,
+    timeout: Duration,
+    measure_from: Instant,
+    end: Instant,
+) -> Worker {
+    let mut out = Worker {
+        class: ClassRound::new("requests"),
+        warmup_errors: ErrorCounts::default(),
+    };
+    let mut conn = None;
+    let mut n = first_n;
+    let deadline = tokio::time::Instant::from_std(end);
+    loop {
+        let started = Instant::now();
+        if started >= end {
+            break;
+        }
+        let result = tokio::select! {
+            result = keep_alive_call(&mut conn, &endpoint, endpoint.request(n), timeout) => result,
+            () = tokio::time::sleep_until(deadline) => break,
+        };
+        n += 1;
+        let finished = Instant::now();
+        if finished >= measure_from {
+            out.class.record(finished - started, &result);
+        } else if let Err(error) = &result {
+            out.warmup_errors.record(error);
+        }
+        if let Err(CallError::Connect { .. }) = result {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+    out
+}
+
+/// One round: warm-up, then the measured window.
+pub(crate) async fn round(
+    config: &ThroughputConfig,
+    target: &Prepared,
+    ctx: &Ctx,
+) -> Result<Round, BenchError> {
+    let start = Instant::now();
+    let measure_from = start + config.warmup;
+    let end = measure_from + config.duration;
+    // Far apart call numbers per worker, for `{n}` templates.
+    let stride = 1u64 << 40;
+    let workers: Vec<_> = (0..u64::from(config.concurrency))
+        .map(|i| {
+            tokio::spawn(worker(
+                Arc::clone(&target.main),
+                i * stride,
+                ctx.timeout,
+                measure_from,
+                end,
+            ))
+        })
+        .collect();
+    let progress: &Progress = &ctx.progress;
+    progress
+        .sleep(end.saturating_duration_since(Instant::now()))
+        .await;
+    let mut class = ClassRound::new("requests");
+    let mut warmup_errors = ErrorCounts::default();
+    for task in workers {
+        match task.await {
+            Ok(w) => {
+                class.latencies.merge(&w.class.latencies);
+                class.errors.add(&w.class.errors);
+                warmup_errors.add(&w.warmup_errors);
+            }
+            Err(_) => class.errors.record(&CallError::Lost),
+        }
+    }
+    let mut round = Round::default();
+    let rps = class.latencies.len() as f64 / config.duration.as_secs_f64();
+    if warmup_errors.total > 0 {
+        round.notes.push(format!(
+            "{} calls failed during the warm-up (not counted), first: {}",
+            warmup_errors.total,
+            warmup_errors.first.as_deref().unwrap_or("?")
+        ));
+    }
+    let errors = class.errors.total as f64;
+    round.classes.push(class);
+    round.metric("requests_per_s", Some(rps), Unit::PerSecond, Better::Higher);
+    round.metric("errors", Some(errors), Unit::Count, Better::Lower);
+    Ok(round)
+}

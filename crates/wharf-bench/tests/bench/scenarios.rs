@@ -1,0 +1,167 @@
+//! Each scenario against the testbed: counts add up, nothing fails.
+
+use std::time::Duration;
+
+use wharf_bench::{
+    BurstConfig, FirstCallConfig, IdleConfig, ResponsivenessConfig, Scenario, Target,
+    ThroughputConfig,
+};
+
+use crate::support::{bench, class, metric, run, testbed};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responsiveness_against_the_testbed_has_no_slow_responses() {
+    let tb = testbed().await;
+    // Fast calls have 1.4 s to finish before the first slow one: ample on a loaded machine.
+    let target = Target::new("testbed", tb.url("/slow?ms=1500")).with_fast_url(tb.url("/fast"));
+    let config = ResponsivenessConfig {
+        slow_calls: 5,
+        fast_calls: 5,
+        delay: Duration::from_millis(100),
+    };
+    let report = run(&bench(Scenario::Responsiveness(config), vec![target])).await;
+    let t = &report.targets[0];
+    let (slow, fast) = (class(t, "slow"), class(t, "fast"));
+    assert_eq!((slow.ok, slow.errors.total), (5, 0));
+    assert_eq!((fast.ok, fast.errors.total), (5, 0));
+    assert_eq!(metric(t, "slow_responses").value, Some(0.0));
+    // The slow calls took their 500 ms; the fast ones far less.
+    assert!(
+        slow.latency_ms.p50.unwrap() >= 500.0,
+        "{:?}",
+        slow.latency_ms
+    );
+    assert!(
+        fast.latency_ms.max.unwrap() < 400.0,
+        "{:?}",
+        fast.latency_ms
+    );
+    assert_eq!(tb.hits("/slow"), 5);
+    assert_eq!(tb.hits("/fast"), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responsiveness_counts_fast_calls_that_finish_after_a_slow_one() {
+    // The "fast" URL is slower than the slow one: every fast call finishes after the first
+    // slow call, as behind a server that queues fast calls behind slow ones.
+    let tb = testbed().await;
+    let target = Target::new("queued", tb.url("/slow?ms=50")).with_fast_url(tb.url("/slow?ms=500"));
+    let config = ResponsivenessConfig {
+        slow_calls: 3,
+        fast_calls: 4,
+        delay: Duration::from_millis(10),
+    };
+    let report = run(&bench(Scenario::Responsiveness(config), vec![target])).await;
+    assert_eq!(
+        metric(&report.targets[0], "slow_responses").value,
+        Some(4.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throughput_for_one_second_serves_requests_without_errors() {
+    let tb = testbed().await;
+    let config = ThroughputConfig {
+        concurrency: 8,
+        duration: Duration::from_secs(1),
+        warmup: Duration::from_millis(200),
+    };
+    let report = run(&bench(
+        Scenario::Throughput(config),
+        vec![Target::new("testbed", tb.url("/fast"))],
+    ))
+    .await;
+    let t = &report.targets[0];
+    let requests = class(t, "requests");
+    assert!(requests.ok > 0);
+    assert_eq!(requests.errors.total, 0, "{:?}", requests.errors);
+    let rps = metric(t, "requests_per_s").value.unwrap();
+    assert!(
+        (rps - requests.ok as f64).abs() < 1.0,
+        "{rps} vs {}",
+        requests.ok
+    );
+    assert_eq!(metric(t, "errors").value, Some(0.0));
+    // Warm-up calls and calls cut at the end reached the testbed too.
+    assert!(tb.hits("/fast") >= requests.ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_of_50_is_served_whole() {
+    let tb = testbed().await;
+    let report = run(&bench(
+        Scenario::Burst(BurstConfig { connections: 50 }),
+        vec![Target::new("testbed", tb.url("/fast"))],
+    ))
+    .await;
+    let t = &report.targets[0];
+    assert_eq!(class(t, "calls").ok, 50);
+    assert_eq!(class(t, "calls").errors.total, 0);
+    assert_eq!(metric(t, "served").value, Some(50.0));
+    assert_eq!(metric(t, "all_served").value, Some(1.0));
+    assert!(metric(t, "makespan_ms").value.unwrap() > 0.0);
+    assert_eq!(tb.hits("/fast"), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_templates_number_the_calls() {
+    let tb = testbed().await;
+    let report = run(&bench(
+        Scenario::Burst(BurstConfig { connections: 5 }),
+        vec![Target::new("testbed", tb.url("/bytes/{n}"))],
+    ))
+    .await;
+    assert_eq!(class(&report.targets[0], "calls").ok, 5);
+    for n in 0..5 {
+        assert_eq!(tb.hits(&format!("/bytes/{n}")), 1, "/bytes/{n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_call_compares_with_warm_calls() {
+    let tb = testbed().await;
+    let config = FirstCallConfig {
+        warm_calls: 20,
+        ..FirstCallConfig::default()
+    };
+    let report = run(&bench(
+        Scenario::FirstCall(config),
+        vec![Target::new("testbed", tb.url("/fast"))],
+    ))
+    .await;
+    let t = &report.targets[0];
+    assert_eq!(class(t, "first").ok, 1);
+    assert_eq!(class(t, "warm").ok, 20);
+    assert!(metric(t, "connect_ms").value.is_some());
+    assert!(metric(t, "first_over_warm").value.unwrap() > 0.0);
+    assert_eq!(tb.hits("/fast"), 21);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_times_the_call_after_each_gap() {
+    let tb = testbed().await;
+    let config = IdleConfig {
+        gaps: vec![Duration::from_millis(100), Duration::from_millis(200)],
+        warm_calls: 5,
+        warm_new_connections: 2,
+    };
+    let report = run(&bench(
+        Scenario::Idle(config),
+        vec![Target::new("testbed", tb.url("/fast"))],
+    ))
+    .await;
+    let t = &report.targets[0];
+    assert_eq!(class(t, "warm keep-alive").ok, 5);
+    assert_eq!(class(t, "warm new connection").ok, 2);
+    assert_eq!(class(t, "after gap, keep-alive").ok, 2);
+    assert_eq!(class(t, "after gap, new connection").ok, 2);
+    for name in [
+        "keepalive_after_100ms_ms",
+        "keepalive_after_100ms_ratio",
+        "new_conn_after_200ms_ms",
+        "new_conn_after_200ms_ratio",
+    ] {
+        assert!(metric(t, name).value.unwrap() > 0.0, "{name}");
+    }
+    assert!(t.classes.iter().all(|c| c.errors.total == 0));
+}
