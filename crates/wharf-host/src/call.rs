@@ -80,8 +80,9 @@ impl Phase {
 struct CallEntry {
     id: u64,
     service: Arc<str>,
-    method: String,
-    target: String,
+    /// Cheap clones: standard methods are inline, a URI shares its bytes.
+    method: http::Method,
+    target: http::Uri,
     started: Instant,
     phase: AtomicU8,
 }
@@ -159,10 +160,8 @@ impl Inflight {
         let entry = Arc::new(CallEntry {
             id,
             service,
-            method: method.as_str().to_owned(),
-            target: target
-                .path_and_query()
-                .map_or_else(|| target.to_string(), |pq| pq.as_str().to_owned()),
+            method: method.clone(),
+            target: target.clone(),
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Received as u8),
         });
@@ -186,8 +185,11 @@ impl Inflight {
             .map(|entry| InflightCall {
                 id: entry.id,
                 service: entry.service.to_string(),
-                method: entry.method.clone(),
-                target: entry.target.clone(),
+                method: entry.method.to_string(),
+                target: entry
+                    .target
+                    .path_and_query()
+                    .map_or_else(|| entry.target.to_string(), |pq| pq.as_str().to_owned()),
                 phase: Phase::from_u8(entry.phase.load(Ordering::Relaxed)).as_str(),
                 age_ms: now.saturating_duration_since(entry.started).as_millis() as u64,
             })

@@ -11,6 +11,11 @@ use crate::body::ResponseBody;
 
 /// A hosted service: answers every request with a response (errors are
 /// responses too, built with [`crate::error::json_error`]).
+///
+/// It must be always ready and lazy: `call` only builds the future, and
+/// the work starts when it is polled. The host's layers rely on this: the
+/// bulkhead creates the inner future at once and polls it only after a
+/// slot is taken. [`handler`] makes such services.
 pub type HostService = BoxCloneSyncService<Request<Incoming>, Response<ResponseBody>, Infallible>;
 
 /// Makes a [`HostService`] from an async function.

@@ -7,7 +7,8 @@
 //! first byte of a later request) until the request is dispatched: a
 //! slowloris connection is dropped when it expires. The idle timer runs
 //! while no call is in flight and no request has started: the connection
-//! is then closed gracefully.
+//! is then closed gracefully. Only reads that start a request and the end
+//! of a call read the clock; other reads and all writes do not.
 
 use std::io;
 use std::pin::Pin;
@@ -55,24 +56,27 @@ impl SessionClock {
         self.opened + Duration::from_millis(ms)
     }
 
+    /// Bytes arrived. Only the first bytes of a new request (no call in
+    /// flight, no head timer running) read the clock: reads are hot.
     fn bytes_read(&self) {
-        let now = self.now_ms();
-        self.last_activity_ms.store(now, Ordering::Relaxed);
-        if self.calls_in_flight.load(Ordering::Acquire) == 0 {
-            // A new request begins: start its head timer unless running.
-            let started = self.head_started_ms.compare_exchange(
-                NO_HEAD,
-                now,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
-            if started.is_ok() {
-                self.changed.notify_one();
-            }
+        if self.calls_in_flight.load(Ordering::Acquire) != 0
+            || self.head_started_ms.load(Ordering::Acquire) != NO_HEAD
+        {
+            return;
+        }
+        let started = self.head_started_ms.compare_exchange(
+            NO_HEAD,
+            self.now_ms(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+        if started.is_ok() {
+            self.changed.notify_one();
         }
     }
 
-    fn bytes_written(&self) {
+    /// A call ended: the idle timer starts from now.
+    fn call_ended(&self) {
         self.last_activity_ms
             .store(self.now_ms(), Ordering::Relaxed);
     }
@@ -132,7 +136,7 @@ pub(crate) struct CallOnSession(Arc<SessionClock>);
 
 impl Drop for CallOnSession {
     fn drop(&mut self) {
-        self.0.bytes_written();
+        self.0.call_ended();
         self.0.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
         self.0.changed.notify_one();
     }
@@ -175,12 +179,7 @@ impl<S: AsyncWrite> AsyncWrite for ClockedStream<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        let polled = this.inner.poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.clock.bytes_written();
-        }
-        polled
+        self.project().inner.poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -188,12 +187,7 @@ impl<S: AsyncWrite> AsyncWrite for ClockedStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        let polled = this.inner.poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.clock.bytes_written();
-        }
-        polled
+        self.project().inner.poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

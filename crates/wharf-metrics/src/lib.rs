@@ -15,7 +15,7 @@ pub mod names;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -182,7 +182,7 @@ impl Metrics {
         for code in ["200", "503"] {
             let _ = self.calls_total.get_or_create(&code_labels(service, code));
         }
-        ServiceMetrics {
+        ServiceMetrics(Arc::new(ServiceSeries {
             service: service.to_owned(),
             outstanding: self.calls_outstanding.get_or_create_owned(&labels),
             queued: self.calls_queued.get_or_create_owned(&labels),
@@ -190,8 +190,8 @@ impl Metrics {
             duration: self.call_duration.get_or_create_owned(&labels),
             throttled: self.throttled_total.get_or_create_owned(&labels),
             calls_total: self.calls_total.clone(),
-            by_code: Arc::new(Mutex::new(Vec::new())),
-        }
+            by_code: std::array::from_fn(|_| OnceLock::new()),
+        }))
     }
 
     /// Creates the cache series of one proxy service and returns its handles.
@@ -287,9 +287,15 @@ fn code_labels(service: &str, code: &str) -> Labels {
     vec![("service", service.to_owned()), ("code", code.to_owned())]
 }
 
-/// The handles of one service's call counters.
+/// The handles of one service's call counters; cloning shares them (one
+/// reference count, no allocation: layers clone it per call).
 #[derive(Clone)]
-pub struct ServiceMetrics {
+pub struct ServiceMetrics(Arc<ServiceSeries>);
+
+/// Status codes 100..=599 each get a slot in [`ServiceSeries::by_code`].
+const CODES: usize = 500;
+
+struct ServiceSeries {
     service: String,
     outstanding: Gauge,
     queued: Gauge,
@@ -297,14 +303,15 @@ pub struct ServiceMetrics {
     duration: Histogram,
     throttled: Counter,
     calls_total: Family<Labels, Counter>,
-    /// Counters already resolved by status code, to skip the family lock.
-    by_code: Arc<Mutex<Vec<(u16, Counter)>>>,
+    /// The `calls_total` counter of each status code, resolved on first
+    /// use so later calls skip the family's lock and label allocation.
+    by_code: [OnceLock<Counter>; CODES],
 }
 
 impl std::fmt::Debug for ServiceMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServiceMetrics")
-            .field("service", &self.service)
+            .field("service", &self.0.service)
             .finish()
     }
 }
@@ -312,29 +319,36 @@ impl std::fmt::Debug for ServiceMetrics {
 impl ServiceMetrics {
     /// Counts one answered call with its status and duration.
     pub fn call_done(&self, code: u16, seconds: f64) {
-        self.duration.observe(seconds);
-        let mut by_code = self.by_code.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, counter)) = by_code.iter().find(|(c, _)| *c == code) {
-            counter.inc();
-            return;
-        }
-        let counter = self
-            .calls_total
-            .get_or_create_owned(&code_labels(&self.service, &code.to_string()));
+        let series = &*self.0;
+        series.duration.observe(seconds);
+        let counter = match usize::from(code)
+            .checked_sub(100)
+            .and_then(|i| series.by_code.get(i))
+        {
+            Some(slot) => slot.get_or_init(|| series.counter_for(code)),
+            // Not a valid status; hyper never produces one, count it anyway.
+            None => &series.counter_for(code),
+        };
         counter.inc();
-        by_code.push((code, counter));
     }
 
     /// Counts one call refused by the bulkhead.
     pub fn throttled(&self) {
-        self.throttled.inc();
+        self.0.throttled.inc();
     }
 
     /// Sets the bulkhead gauges (called by a sampler).
     pub fn set_load(&self, processing: usize, queued: usize, percent_of_max: f64) {
-        self.outstanding.set(processing as i64);
-        self.queued.set(queued as i64);
-        self.percent_of_max.set(percent_of_max);
+        self.0.outstanding.set(processing as i64);
+        self.0.queued.set(queued as i64);
+        self.0.percent_of_max.set(percent_of_max);
+    }
+}
+
+impl ServiceSeries {
+    fn counter_for(&self, code: u16) -> Counter {
+        self.calls_total
+            .get_or_create_owned(&code_labels(&self.service, &code.to_string()))
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 use wharf_metrics::ServiceMetrics;
 
 use crate::body::{guard_body, ResponseBody};
@@ -70,11 +70,11 @@ impl Service<Request<Incoming>> for Count {
     }
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
-        let inner = self.inner.clone();
         let metrics = self.metrics.clone();
+        let started = Instant::now();
+        let inner = self.inner.call(request);
         Box::pin(async move {
-            let started = Instant::now();
-            let response = inner.oneshot(request).await?;
+            let response = inner.await?;
             let done = CallDone {
                 metrics,
                 code: response.status().as_u16(),

@@ -8,12 +8,12 @@ use std::task::{Context, Poll};
 
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 use wharf_limits::{Bulkhead, Throttled};
 use wharf_metrics::ServiceMetrics;
 
 use crate::body::{guard_body, ResponseBody};
-use crate::call::{enter_phase, Phase};
+use crate::call::{CallContext, Phase};
 use crate::error::json_error;
 use crate::layers::CallFuture;
 use crate::service::HostService;
@@ -63,11 +63,19 @@ impl Service<Request<Incoming>> for Throttle {
     }
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
-        let inner = self.inner.clone();
         let bulkhead = self.bulkhead.clone();
         let metrics = self.metrics.clone();
+        let call = request.extensions().get::<CallContext>().cloned();
+        // Host services do their work when polled, not in `call`: the inner
+        // future is created now and only polled once a slot is taken.
+        let inner = self.inner.call(request);
         Box::pin(async move {
-            enter_phase(&request, Phase::Queued);
+            let enter = |phase| {
+                if let Some(call) = &call {
+                    call.enter(phase);
+                }
+            };
+            enter(Phase::Queued);
             let permit = match bulkhead.acquire().await {
                 Ok(permit) => permit,
                 Err(throttled) => {
@@ -75,8 +83,8 @@ impl Service<Request<Incoming>> for Throttle {
                     return Ok(refusal(throttled));
                 }
             };
-            enter_phase(&request, Phase::Processing);
-            let response = inner.oneshot(request).await?;
+            enter(Phase::Processing);
+            let response = inner.await?;
             Ok(guard_body(response, permit))
         })
     }

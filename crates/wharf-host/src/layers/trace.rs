@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 use tracing::Instrument;
 
 use crate::body::{guard_body, ResponseBody};
@@ -88,9 +88,9 @@ impl Service<Request<Incoming>> for Trace {
             target = %request.uri(),
         );
         request.extensions_mut().insert(call.clone());
-        let inner = self.inner.clone();
+        let inner = self.inner.call(request);
         Box::pin(async move {
-            let response = inner.oneshot(request).instrument(span.clone()).await?;
+            let response = inner.instrument(span.clone()).await?;
             span.in_scope(|| call.enter(Phase::Body));
             let done = TraceDone {
                 call,
