@@ -205,9 +205,33 @@ async fn sighup_reloads_the_running_binary_and_refuses_a_broken_file() {
         .await,
         "SIGHUP did not apply the new config"
     );
+    // A broken file, under load: refused, and no call fails meanwhile.
+    let failures = Arc::new(AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_millis(800);
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let url = wharf.url("/echo");
+            let failures = failures.clone();
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let response = get(&url).await;
+                    if response.status != 200 || response.body.is_err() {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
     std::fs::write(&path, "[services.broken\n").unwrap();
     wharf.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    for task in load {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "calls failed around a refused reload"
+    );
     assert_eq!(
         version(&wharf).await,
         "2",
