@@ -5,6 +5,7 @@ use wharf_config::{Config, ServiceConfig, ServiceKind};
 use wharf_host::tls::TlsFiles;
 use wharf_host::{HostBuilder, HostService, Mount, ServiceSet};
 use wharf_proxy::ProxyService;
+use wharf_queue::QueueService;
 use wharf_route::forward::RouteBuildError;
 use wharf_route::RouteService;
 
@@ -86,6 +87,7 @@ fn mount_of(service: &ServiceConfig) -> Mount {
     match &service.kind {
         ServiceKind::Proxy(proxy) => Mount::Exact(proxy.path.clone()),
         ServiceKind::Route(route) => Mount::Prefix(route.path_prefix.clone()),
+        ServiceKind::Queue(queue) => Mount::Exact(queue.path.clone()),
     }
 }
 
@@ -108,6 +110,9 @@ fn build(
                 name: service.name.clone(),
                 source,
             }),
+        ServiceKind::Queue(queue) => {
+            Ok(QueueService::new(&service.name, queue, metrics).into_host_service())
+        }
     }
 }
 

@@ -10,6 +10,9 @@
 //!   and every reader sees which: a failed fill never looks like a clean end.
 //! - [`FillRegistry`] finds the fill in progress for a key, so concurrent
 //!   misses coalesce onto one origin request.
+//! - [`SharedTier`] ([`shared`]) is the optional second tier in Redis, shared
+//!   by several wharf instances: chunked entries, write-through, and a lease
+//!   so that instances missing one key make one origin request between them.
 //!
 //! Fetching, header policy and the decision whether a response may be
 //! cached are the proxy's job; this crate only stores and shares bytes.
@@ -18,6 +21,7 @@ mod entry;
 mod fill;
 mod memory;
 mod registry;
+pub mod shared;
 
 pub use entry::{CachedResponse, ResponseHead};
 pub use fill::{
@@ -25,3 +29,4 @@ pub use fill::{
 };
 pub use memory::MemoryCache;
 pub use registry::{FillRegistry, Joined};
+pub use shared::{LeaseOutcome, SharedTier, SharedTierConfig, WaitOutcome};

@@ -42,6 +42,35 @@ pub(crate) const FIRST_BYTE_TIMEOUT: &str = "30s";
 /// Proxy `total_timeout`.
 pub(crate) const TOTAL_TIMEOUT: &str = "300s";
 
+/// `max_concurrent_calls` of a queue (publishes in flight).
+pub(crate) const QUEUE_MAX_CONCURRENT_CALLS: u64 = 1024;
+/// `max_queued_calls` of a queue.
+pub(crate) const QUEUE_MAX_QUEUED_CALLS: u64 = 1024;
+/// Queue `nats_url`.
+pub(crate) const NATS_URL: &str = "nats://127.0.0.1:4222";
+/// Queue `forward_headers`.
+pub(crate) const FORWARD_HEADERS: [&str; 5] = [
+    "content-type",
+    "content-encoding",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+];
+/// Queue `publish_timeout`.
+pub(crate) const PUBLISH_TIMEOUT: &str = "5s";
+/// Queue `deliver.max_deliver`.
+pub(crate) const MAX_DELIVER: u64 = 5;
+/// Largest `deliver.max_deliver`.
+pub(crate) const MAX_DELIVER_LIMIT: u64 = 1000;
+/// Queue `deliver.backoff`.
+pub(crate) const BACKOFF: &str = "500ms";
+/// Queue `deliver.concurrency`.
+pub(crate) const CONCURRENCY: u64 = 16;
+/// Largest `deliver.concurrency`.
+pub(crate) const MAX_CONCURRENCY: u64 = 10_000;
+/// Queue `deliver.ack_wait`.
+pub(crate) const ACK_WAIT: &str = "30s";
+
 /// Route `timeout`.
 pub(crate) const ROUTE_TIMEOUT: &str = "10s";
 /// Route `retries`.

@@ -37,8 +37,8 @@ use std::path::Path;
 
 pub use error::{ConfigError, Problem};
 pub use model::{
-    LimitsConfig, LogFormat, ProxyConfig, RouteConfig, ServerConfig, ServiceConfig, ServiceKind,
-    Strategy, TelemetryConfig, TlsConfig,
+    DeliverConfig, LimitsConfig, LogFormat, ProxyConfig, QueueConfig, RouteConfig, ServerConfig,
+    ServiceConfig, ServiceKind, Strategy, TelemetryConfig, TlsConfig,
 };
 pub use units::{parse_duration, parse_size, UnitError};
 

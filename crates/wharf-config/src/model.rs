@@ -98,6 +98,8 @@ pub enum ServiceKind {
     Proxy(ProxyConfig),
     /// `type = "route"`: forwards matching requests to backends.
     Route(RouteConfig),
+    /// `type = "queue"`: one-way calls stored in NATS JetStream, delivered to a backend.
+    Queue(QueueConfig),
 }
 
 impl ServiceKind {
@@ -106,6 +108,7 @@ impl ServiceKind {
         match self {
             ServiceKind::Proxy(_) => "proxy",
             ServiceKind::Route(_) => "route",
+            ServiceKind::Queue(_) => "queue",
         }
     }
 }
@@ -145,6 +148,11 @@ pub struct ProxyConfig {
     /// `total_timeout`: the whole origin exchange, body included. Default 300s, must be > 0.
     /// When it passes mid-body the client sees a truncated response and nothing is cached.
     pub total_timeout: Duration,
+    /// `shared_cache`: a second cache tier in Redis shared by several wharf instances,
+    /// `redis://host[:port][/db]` (normalised, no TLS). Default absent: memory only. Lookups
+    /// go memory, then Redis, then the origin; every Redis operation is bounded (100 ms) and
+    /// a failing or slow Redis is skipped, never failing a call.
+    pub shared_cache: Option<String>,
 }
 
 /// A `type = "route"` service: matching requests go to `backends`.
@@ -264,4 +272,58 @@ impl LogFormat {
             LogFormat::Json => "json",
         }
     }
+}
+
+/// A `type = "queue"` service: `POST {path}` stores the body in a JetStream stream and
+/// answers 202 once the broker acknowledged it; a durable consumer delivers it to a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// `path`: the exact request path served. Required; as a proxy `path`, unique among all
+    /// services.
+    pub path: String,
+    /// `nats_url`: the NATS server, `nats://host[:port]` (normalised). Default
+    /// `nats://127.0.0.1:4222`. While it is unreachable publishes get 503 and nothing is
+    /// delivered; the client reconnects by itself.
+    pub nats_url: String,
+    /// `stream`: the JetStream stream, created at start if absent (file storage, work-queue
+    /// retention, capturing `subject` and `deliver.dead_letter_subject`). Required; letters,
+    /// digits, `-` and `_`.
+    pub stream: String,
+    /// `subject`: where messages are published and consumed from. Required; dot-separated
+    /// tokens, no wildcards.
+    pub subject: String,
+    /// `forward_headers`: request headers stored with the body and sent to the backend,
+    /// lowercase. Default `["content-type", "content-encoding", "x-request-id",
+    /// "traceparent", "tracestate"]`. `content-type` is always kept.
+    pub forward_headers: Vec<http::HeaderName>,
+    /// `publish_timeout`: longest wait for the broker's acknowledgement. Default 5s, must be
+    /// greater than 0. When it passes the client gets 503 (the message may still have been
+    /// stored; a retry with the same `x-wharf-message-id` is de-duplicated).
+    pub publish_timeout: Duration,
+    /// The `deliver` sub-table: how messages reach the backend.
+    pub deliver: DeliverConfig,
+}
+
+/// The `deliver` sub-table of a queue service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliverConfig {
+    /// `backend`: where each message is POSTed, `http(s)://host[:port][/path]`. Required.
+    pub backend: Url,
+    /// `max_deliver`: attempts (backend answers other than 2xx, or no answer in time) before
+    /// the message goes to the dead-letter subject. Default 5, range 1..=1000. A backend that
+    /// cannot be connected to at all does not use up attempts: the message is held and
+    /// retried until it is back.
+    pub max_deliver: u32,
+    /// `backoff`: delay before the second attempt, doubling for each further one (capped at
+    /// 1 minute). Default 500ms, must be > 0.
+    pub backoff: Duration,
+    /// `dead_letter_subject`: where a message goes, with the reason, after `max_deliver`
+    /// failed attempts. Default `{subject}.dead`; must differ from `subject`.
+    pub dead_letter_subject: String,
+    /// `concurrency`: deliveries in flight at once. Default 16, range 1..=10000.
+    pub concurrency: usize,
+    /// `ack_wait`: how long the broker waits for a delivery's outcome before giving the
+    /// message to another consumer; also the time bound of one attempt. Default 30s, at
+    /// least 1s.
+    pub ack_wait: Duration,
 }

@@ -79,6 +79,7 @@ pub(crate) struct RawService {
     pub(crate) connect_timeout: Option<Spanned<RawDuration>>,
     pub(crate) first_byte_timeout: Option<Spanned<RawDuration>>,
     pub(crate) total_timeout: Option<Spanned<RawDuration>>,
+    pub(crate) shared_cache: Option<Spanned<String>>,
 
     // type = "route"
     pub(crate) path_prefix: Option<Spanned<String>>,
@@ -91,6 +92,41 @@ pub(crate) struct RawService {
     pub(crate) remove_headers: Option<RawStringList>,
     pub(crate) timeout: Option<Spanned<RawDuration>>,
     pub(crate) retries: Option<Spanned<u64>>,
+
+    // type = "queue" (and `path`, shared with proxy)
+    pub(crate) nats_url: Option<Spanned<String>>,
+    pub(crate) stream: Option<Spanned<String>>,
+    pub(crate) subject: Option<Spanned<String>>,
+    pub(crate) forward_headers: Option<RawStringList>,
+    pub(crate) publish_timeout: Option<Spanned<RawDuration>>,
+    pub(crate) deliver: Option<RawDeliver>,
+}
+
+/// The `deliver` sub-table of a queue service.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDeliver {
+    pub(crate) backend: Option<Spanned<String>>,
+    pub(crate) max_deliver: Option<Spanned<u64>>,
+    pub(crate) backoff: Option<Spanned<RawDuration>>,
+    pub(crate) dead_letter_subject: Option<Spanned<String>>,
+    pub(crate) concurrency: Option<Spanned<u64>>,
+    pub(crate) ack_wait: Option<Spanned<RawDuration>>,
+}
+
+impl RawDeliver {
+    /// Where to point at the table: its first key written, if any.
+    pub(crate) fn first_span(&self) -> Option<Range<usize>> {
+        let spans = [
+            self.backend.as_ref().map(Spanned::span),
+            self.max_deliver.as_ref().map(Spanned::span),
+            self.backoff.as_ref().map(Spanned::span),
+            self.dead_letter_subject.as_ref().map(Spanned::span),
+            self.concurrency.as_ref().map(Spanned::span),
+            self.ack_wait.as_ref().map(Spanned::span),
+        ];
+        spans.into_iter().flatten().min_by_key(|span| span.start)
+    }
 }
 
 /// A key that is present in a service table, with where to point at it (if toml knows).
@@ -113,6 +149,7 @@ impl RawService {
         present(&mut keys, "connect_timeout", &self.connect_timeout);
         present(&mut keys, "first_byte_timeout", &self.first_byte_timeout);
         present(&mut keys, "total_timeout", &self.total_timeout);
+        present(&mut keys, "shared_cache", &self.shared_cache);
         keys
     }
 
@@ -129,6 +166,20 @@ impl RawService {
         present(&mut keys, "remove_headers", &self.remove_headers);
         present(&mut keys, "timeout", &self.timeout);
         present(&mut keys, "retries", &self.retries);
+        keys
+    }
+
+    /// The queue-only keys written in this table (`path` is shared with proxy).
+    pub(crate) fn queue_keys(&self) -> Vec<PresentKey> {
+        let mut keys = Vec::new();
+        present(&mut keys, "nats_url", &self.nats_url);
+        present(&mut keys, "stream", &self.stream);
+        present(&mut keys, "subject", &self.subject);
+        present(&mut keys, "forward_headers", &self.forward_headers);
+        present(&mut keys, "publish_timeout", &self.publish_timeout);
+        if let Some(deliver) = &self.deliver {
+            keys.push(("deliver", deliver.first_span()));
+        }
         keys
     }
 }

@@ -250,6 +250,7 @@ allow_hosts = ["Example.COM", "api.example.com:8443", "[::1]:80", "api.example.c
 connect_timeout = "1s"
 first_byte_timeout = "2s"
 total_timeout = "10m"
+shared_cache = "redis://127.0.0.1:6379/"
 "#);
     let p = proxy(&config, "cache");
     assert_eq!(
@@ -268,6 +269,7 @@ total_timeout = "10m"
             connect_timeout: Duration::from_secs(1),
             first_byte_timeout: Duration::from_secs(2),
             total_timeout: Duration::from_secs(600),
+            shared_cache: Some("redis://127.0.0.1:6379".into()),
         }
     );
 }
@@ -406,8 +408,8 @@ fn bad_units_and_ranges() {
         ("[services.p]\ntype = \"proxy\"\npath = \"/a//b\"", r#"services.p.path: "/a//b" must not contain empty"#),
         ("[services.p]\ntype = \"proxy\"\npath = \"/a b\"", r#"services.p.path: "/a b" is not a valid URL path"#),
         ("[services.p]\ntype = \"proxy\"", "services.p: missing required key `path`"),
-        ("[services.p]\npath = \"/p\"", r#"services.p: missing `type`, add type = "proxy" or type = "route""#),
-        ("[services.p]\ntype = \"cache\"", r#"services.p.type: unknown service type "cache", use "proxy" or "route""#),
+        ("[services.p]\npath = \"/p\"", r#"services.p: missing `type`, add type = "proxy", type = "route" or type = "queue""#),
+        ("[services.p]\ntype = \"cache\"", r#"services.p.type: unknown service type "cache", use "proxy", "route" or "queue""#),
         ("[services.\"a b\"]\ntype = \"proxy\"\npath = \"/p\"", r#"services.a b: "a b" is not a valid service name"#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"", "services.r: missing required key `backends`"),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = []", "services.r.backends: no backends"),
@@ -644,5 +646,183 @@ fn listen_unix_must_be_absolute() {
     assert_eq!(
         config.server.listen_unix.unwrap(),
         std::path::PathBuf::from("/tmp/w.sock")
+    );
+}
+
+fn queue(config: &Config, name: &str) -> QueueConfig {
+    match &config.service(name).expect("service exists").kind {
+        ServiceKind::Queue(q) => q.clone(),
+        other => panic!("{name} is not a queue: {other:?}"),
+    }
+}
+
+#[test]
+fn queue_fully_parsed_and_defaulted() {
+    let config = ok(r#"
+[services.jobs]
+type = "queue"
+path = "/jobs"
+nats_url = "nats://127.0.0.1:4222"
+stream = "WHARF_JOBS"
+subject = "wharf.jobs"
+forward_headers = ["X-Tenant", "content-type"]
+publish_timeout = "2s"
+
+[services.jobs.deliver]
+backend = "http://127.0.0.1:7001/handle"
+max_deliver = 3
+backoff = "250ms"
+dead_letter_subject = "wharf.dead"
+concurrency = 4
+ack_wait = "10s"
+
+[services.lean]
+type = "queue"
+path = "/lean"
+stream = "LEAN"
+subject = "lean.jobs"
+deliver = { backend = "https://backend.example/in" }
+"#);
+    assert_eq!(
+        config.service("jobs").map(ServiceConfig::type_name),
+        Some("queue")
+    );
+    let q = queue(&config, "jobs");
+    assert_eq!(
+        q,
+        QueueConfig {
+            path: "/jobs".into(),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            stream: "WHARF_JOBS".into(),
+            subject: "wharf.jobs".into(),
+            forward_headers: vec![
+                HeaderName::from_static("content-type"),
+                HeaderName::from_static("x-tenant")
+            ],
+            publish_timeout: Duration::from_secs(2),
+            deliver: DeliverConfig {
+                backend: "http://127.0.0.1:7001/handle".parse().unwrap(),
+                max_deliver: 3,
+                backoff: Duration::from_millis(250),
+                dead_letter_subject: "wharf.dead".into(),
+                concurrency: 4,
+                ack_wait: Duration::from_secs(10),
+            },
+        }
+    );
+    let lean = queue(&config, "lean");
+    assert_eq!(lean.nats_url, "nats://127.0.0.1:4222");
+    assert_eq!(lean.forward_headers.len(), 5);
+    assert_eq!(lean.publish_timeout, Duration::from_secs(5));
+    let d = lean.deliver;
+    assert_eq!((d.max_deliver, d.concurrency), (5, 16));
+    assert_eq!(d.backoff, Duration::from_millis(500));
+    assert_eq!(d.ack_wait, Duration::from_secs(30));
+    assert_eq!(d.dead_letter_subject, "lean.jobs.dead");
+    let limits = &config.service("lean").expect("lean").limits;
+    assert_eq!(
+        (limits.max_concurrent_calls, limits.max_queued_calls),
+        (1024, 1024)
+    );
+}
+
+#[test]
+fn queue_problems_name_file_line_key() {
+    let text = r#"
+[services.jobs]
+type = "queue"
+path = "/jobs"
+nats_url = "http://127.0.0.1:4222"
+stream = "WHARF.JOBS"
+subject = "wharf.*"
+forward_headers = ["transfer-encoding"]
+max_ttl = "1h"
+
+[services.jobs.deliver]
+backend = "ftp://x"
+max_deliver = 0
+ack_wait = "10ms"
+bogus_free = 1
+"#;
+    // An unknown key stops the reading: reported alone.
+    let p = problem(text);
+    assert!(
+        p.starts_with("wharf.toml:15: services.jobs.deliver.bogus_free: unknown key"),
+        "{p}"
+    );
+    let text = text.replace("bogus_free = 1\n", "");
+    assert_eq!(
+        problems(&text),
+        [
+            r#"wharf.toml:5: services.jobs.nats_url: "http://127.0.0.1:4222": unsupported scheme "http", use nats:// (e.g. "nats://127.0.0.1:4222")"#,
+            r#"wharf.toml:6: services.jobs.stream: "WHARF.JOBS" is not a valid stream name, use letters, digits, `-` and `_` (e.g. "WHARF_JOBS")"#,
+            r#"wharf.toml:7: services.jobs.subject: "wharf.*" is not a valid subject, use dot-separated tokens without spaces or wildcards (e.g. "wharf.jobs")"#,
+            r#"wharf.toml:8: services.jobs.forward_headers: "transfer-encoding" is a hop-by-hop or framing header, which wharf manages itself"#,
+            "wharf.toml:9: services.jobs: `max_ttl` is not a key of a queue service (it is a proxy key)",
+            r#"wharf.toml:12: services.jobs.deliver.backend: "ftp://x": unsupported scheme "ftp", use http or https (e.g. "http://127.0.0.1:7001/handle")"#,
+            "wharf.toml:13: services.jobs.deliver.max_deliver: 0 is out of range, use 1 to 1000",
+            r#"wharf.toml:14: services.jobs.deliver.ack_wait: "10ms" is too short, the minimum is 1s"#,
+        ]
+    );
+    let missing = problems("[services.q]\ntype = \"queue\"\n");
+    assert_eq!(missing.len(), 4, "{missing:#?}");
+    assert!(
+        missing.iter().all(
+            |p| p.starts_with("wharf.toml:1: services.q") && p.contains("missing required key")
+        ),
+        "{missing:#?}"
+    );
+    let same = problem("[services.q]\ntype = \"queue\"\npath = \"/q\"\nstream = \"Q\"\nsubject = \"q\"\ndeliver = { backend = \"http://a/\", dead_letter_subject = \"q\" }\n");
+    assert!(
+        same.contains("deliver.dead_letter_subject: \"q\" is the queue's own subject"),
+        "{same}"
+    );
+}
+
+#[test]
+fn queue_keys_are_foreign_to_proxies_and_routes_and_paths_stay_unique() {
+    let text = r#"
+[services.cache]
+type = "proxy"
+path = "/cache"
+stream = "S"
+
+[services.orders]
+type = "route"
+path_prefix = "/orders"
+backends = ["http://a"]
+shared_cache = "redis://127.0.0.1:6379"
+deliver = { backend = "http://a/" }
+
+[services.jobs]
+type = "queue"
+path = "/cache"
+stream = "S"
+subject = "s"
+deliver = { backend = "http://a/" }
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            "wharf.toml:5: services.cache: `stream` is not a key of a proxy service (it is a queue key)",
+            "wharf.toml:11: services.orders: `shared_cache` is not a key of a route service (it is a proxy key)",
+            "wharf.toml:12: services.orders: `deliver` is not a key of a route service (it is a queue key)",
+            r#"wharf.toml:16: services.jobs.path: "/cache" is already used by services.cache (line 4), each service needs its own path"#,
+        ]
+    );
+}
+
+#[test]
+fn shared_cache_must_be_a_redis_url() {
+    let p = problem(
+        "[services.p]\ntype = \"proxy\"\npath = \"/p\"\nshared_cache = \"rediss://r:6379\"\n",
+    );
+    assert_eq!(
+        p,
+        r#"wharf.toml:4: services.p.shared_cache: "rediss://r:6379": TLS to Redis is not supported, use redis:// (e.g. "redis://127.0.0.1:6379")"#
+    );
+    assert_eq!(
+        proxy(&ok("[services.p]\ntype = \"proxy\"\npath = \"/p\"\n"), "p").shared_cache,
+        None
     );
 }

@@ -10,8 +10,13 @@
 //! [`UpstreamMetrics`]): an increment is an atomic add, not a map lookup.
 //! Values that live elsewhere (bulkhead counts, cache bytes) are sampled at
 //! scrape time by the samplers given to [`Metrics::add_sampler`].
+//!
+//! Scale-out counters (SPEC §8) have their own modules: [`shared`] for a
+//! proxy's Redis tier, [`queue`] for a JetStream-backed `queue` service.
 
 pub mod names;
+pub mod queue;
+pub mod shared;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Reads a live value into the metrics just before a scrape.
@@ -49,6 +54,8 @@ pub struct Metrics {
     cache_evictions_total: Family<Labels, Counter>,
     upstream_requests_total: Family<Labels, Counter>,
     startup_phase_seconds: Family<Labels, FloatGauge>,
+    shared_cache: shared::SharedCacheFamilies,
+    queue: queue::QueueFamilies,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -155,6 +162,8 @@ impl Metrics {
             Unit::Seconds,
             startup_phase_seconds.clone(),
         );
+        let shared_cache = shared::SharedCacheFamilies::register(&mut registry);
+        let queue = queue::QueueFamilies::register(&mut registry);
         Self {
             registry,
             samplers: Mutex::new(Vec::new()),
@@ -171,6 +180,8 @@ impl Metrics {
             cache_evictions_total,
             upstream_requests_total,
             startup_phase_seconds,
+            shared_cache,
+            queue,
         }
     }
 
@@ -228,6 +239,16 @@ impl Metrics {
             error: outcome("error"),
             timeout: outcome("timeout"),
         }
+    }
+
+    /// Creates the shared-tier series of one proxy service (at zero) and returns its handles.
+    pub fn shared_cache(&self, service: &str) -> shared::SharedCacheMetrics {
+        self.shared_cache.handles(service)
+    }
+
+    /// Creates the series of one queue service (at zero) and returns its handles.
+    pub fn queue(&self, service: &str) -> queue::QueueMetrics {
+        self.queue.handles(service)
     }
 
     /// Records how long a start-up phase took.

@@ -27,8 +27,32 @@ pub const UPSTREAM_REQUESTS_TOTAL: &str = "wharf_upstream_requests_total";
 /// Start-up phase durations.
 pub const STARTUP_PHASE_SECONDS: &str = "wharf_startup_phase_seconds";
 
+/// Shared (Redis) cache tier lookups, by result: hit, miss, error, skipped.
+pub const SHARED_CACHE_REQUESTS_TOTAL: &str = "wharf_shared_cache_requests_total";
+/// Shared cache tier operations that failed, by operation and reason (timeout, error).
+pub const SHARED_CACHE_ERRORS_TOTAL: &str = "wharf_shared_cache_errors_total";
+/// Shared cache tier operation latency histogram, by operation.
+pub const SHARED_CACHE_OP_DURATION_SECONDS: &str = "wharf_shared_cache_op_duration_seconds";
+/// Committed fills written through to the shared tier, by outcome: ok, error, skipped.
+pub const SHARED_CACHE_WRITES_TOTAL: &str = "wharf_shared_cache_writes_total";
+/// Cross-instance fill leases, by result: acquired, held (another instance fetches), error.
+pub const SHARED_CACHE_LEASES_TOTAL: &str = "wharf_shared_cache_leases_total";
+/// Queue messages published, by outcome: ok, duplicate, error.
+pub const QUEUE_PUBLISHED_TOTAL: &str = "wharf_queue_published_total";
+/// Queue messages delivered to the backend (2xx, then acknowledged).
+pub const QUEUE_DELIVERED_TOTAL: &str = "wharf_queue_delivered_total";
+/// Queue delivery attempts that failed and will be retried, by reason: rejected, timeout,
+/// unreachable.
+pub const QUEUE_RETRIED_TOTAL: &str = "wharf_queue_retried_total";
+/// Queue messages sent to the dead-letter subject after `max_deliver` failed attempts.
+pub const QUEUE_DEAD_LETTERED_TOTAL: &str = "wharf_queue_dead_lettered_total";
+/// Queue deliveries of a message the broker had delivered before (a possible duplicate).
+pub const QUEUE_REDELIVERED_TOTAL: &str = "wharf_queue_redelivered_total";
+/// Queue messages accepted but not yet acknowledged by a delivery (sampled).
+pub const QUEUE_PENDING: &str = "wharf_queue_pending";
+
 /// Every name of the catalogue, for tests and docs.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 24] = [
     CALLS_OUTSTANDING,
     CALLS_QUEUED,
     PERCENT_OF_MAX_CALLS,
@@ -42,4 +66,15 @@ pub const ALL: [&str; 13] = [
     CACHE_EVICTIONS_TOTAL,
     UPSTREAM_REQUESTS_TOTAL,
     STARTUP_PHASE_SECONDS,
+    SHARED_CACHE_REQUESTS_TOTAL,
+    SHARED_CACHE_ERRORS_TOTAL,
+    SHARED_CACHE_OP_DURATION_SECONDS,
+    SHARED_CACHE_WRITES_TOTAL,
+    SHARED_CACHE_LEASES_TOTAL,
+    QUEUE_PUBLISHED_TOTAL,
+    QUEUE_DELIVERED_TOTAL,
+    QUEUE_RETRIED_TOTAL,
+    QUEUE_DEAD_LETTERED_TOTAL,
+    QUEUE_REDELIVERED_TOTAL,
+    QUEUE_PENDING,
 ];

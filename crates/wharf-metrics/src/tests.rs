@@ -6,6 +6,8 @@ fn every_metric_is_present_at_zero_from_start() {
     let _service = metrics.service("proxy");
     let _cache = metrics.cache("proxy");
     let _upstream = metrics.upstream("proxy", "origin");
+    let _shared = metrics.shared_cache("proxy");
+    let _queue = metrics.queue("jobs");
     let _sessions = metrics.sessions(100);
     metrics.startup_phase("config_load", 0.001);
     let text = metrics.encode();
@@ -77,4 +79,56 @@ fn counts_and_samples_show_up() {
         text.contains("wharf_call_duration_seconds_count{service=\"s\"} 3"),
         "{text}"
     );
+}
+
+#[test]
+fn shared_tier_and_queue_series_start_at_zero_and_count() {
+    use crate::queue::{PublishOutcome, RetryReason};
+    use crate::shared::{SharedFailure, SharedLease, SharedLookup, SharedOp, SharedWrite};
+    let metrics = Metrics::new();
+    let shared = metrics.shared_cache("p");
+    let queue = metrics.queue("q");
+    let text = metrics.encode();
+    for series in [
+        "wharf_shared_cache_requests_total{service=\"p\",result=\"skipped\"} 0",
+        "wharf_shared_cache_errors_total{service=\"p\",op=\"get\",reason=\"timeout\"} 0",
+        "wharf_shared_cache_op_duration_seconds_count{service=\"p\",op=\"put\"} 0",
+        "wharf_shared_cache_writes_total{service=\"p\",outcome=\"ok\"} 0",
+        "wharf_shared_cache_leases_total{service=\"p\",result=\"held\"} 0",
+        "wharf_queue_published_total{service=\"q\",outcome=\"ok\"} 0",
+        "wharf_queue_retried_total{service=\"q\",reason=\"unreachable\"} 0",
+        "wharf_queue_dead_lettered_total{service=\"q\"} 0",
+        "wharf_queue_pending{service=\"q\"} 0",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
+    shared.lookup(SharedLookup::Hit);
+    shared.lookup(SharedLookup::Error);
+    shared.op(SharedOp::Get, 0.001, Some(SharedFailure::Timeout));
+    shared.op(SharedOp::Lease, 0.001, None);
+    shared.write(SharedWrite::Ok);
+    shared.lease(SharedLease::Acquired);
+    queue.published(PublishOutcome::Duplicate);
+    queue.delivered();
+    queue.retried(RetryReason::Rejected);
+    queue.dead_lettered();
+    queue.redelivered();
+    queue.set_pending(7);
+    let text = metrics.encode();
+    for series in [
+        "wharf_shared_cache_requests_total{service=\"p\",result=\"hit\"} 1",
+        "wharf_shared_cache_requests_total{service=\"p\",result=\"error\"} 1",
+        "wharf_shared_cache_errors_total{service=\"p\",op=\"get\",reason=\"timeout\"} 1",
+        "wharf_shared_cache_op_duration_seconds_count{service=\"p\",op=\"lease\"} 1",
+        "wharf_shared_cache_writes_total{service=\"p\",outcome=\"ok\"} 1",
+        "wharf_shared_cache_leases_total{service=\"p\",result=\"acquired\"} 1",
+        "wharf_queue_published_total{service=\"q\",outcome=\"duplicate\"} 1",
+        "wharf_queue_delivered_total{service=\"q\"} 1",
+        "wharf_queue_retried_total{service=\"q\",reason=\"rejected\"} 1",
+        "wharf_queue_dead_lettered_total{service=\"q\"} 1",
+        "wharf_queue_redelivered_total{service=\"q\"} 1",
+        "wharf_queue_pending{service=\"q\"} 7",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
 }

@@ -8,6 +8,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Incoming;
@@ -28,6 +29,10 @@ pin_project_lite::pin_project! {
         origin: String,
         total_timeout: Duration,
         received: u64,
+        // The first frame, read ahead by `read_first_frame`; handed out first.
+        ahead: Option<Frame<Bytes>>,
+        // The body ended during the read-ahead.
+        ended: bool,
     }
 }
 
@@ -44,7 +49,25 @@ impl OriginBody {
             origin,
             total_timeout,
             received: 0,
+            ahead: None,
+            ended: false,
         }
+    }
+
+    /// Reads the first frame ahead (kept for the first poll), so that a body
+    /// broken before its first byte fails here, while the call can still
+    /// answer with a 502/504: once the response is handed to hyper, a body
+    /// that fails at its first poll makes hyper close the connection without
+    /// writing the head at all.
+    pub(crate) async fn read_first_frame(mut self: Pin<&mut Self>) -> Result<(), ProxyError> {
+        let frame = std::future::poll_fn(|cx| self.as_mut().poll_frame(cx)).await;
+        let this = self.project();
+        match frame {
+            Some(Ok(frame)) => *this.ahead = Some(frame),
+            Some(Err(error)) => return Err(error),
+            None => *this.ended = true,
+        }
+        Ok(())
     }
 }
 
@@ -57,6 +80,12 @@ impl Body for OriginBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ProxyError>>> {
         let this = self.project();
+        if let Some(frame) = this.ahead.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if *this.ended {
+            return Poll::Ready(None);
+        }
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
             return Poll::Ready(match frame {
                 Some(Ok(frame)) => {
@@ -82,16 +111,26 @@ impl Body for OriginBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.ahead.is_none() && (self.ended || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let mut hint = self.inner.size_hint();
+        let ahead = self
+            .ahead
+            .as_ref()
+            .and_then(Frame::data_ref)
+            .map_or(0, |data| data.len() as u64);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + ahead);
+        }
+        hint.set_lower(hint.lower() + ahead);
+        hint
     }
 }
 
 /// Boxes an origin body for the client.
-pub(crate) fn relay(body: OriginBody) -> ResponseBody {
+pub(crate) fn relay(body: Pin<Box<OriginBody>>) -> ResponseBody {
     body.map_err(|error| Box::new(error) as BoxError)
         .boxed_unsync()
 }
@@ -112,17 +151,19 @@ impl std::error::Error for SharedFailure {
     }
 }
 
-/// Streams a fill to one client from its first byte; a failed fill ends
-/// the stream with an error, so the client sees a truncation.
-pub(crate) fn from_fill(reader: FillReader) -> ResponseBody {
-    let chunks = futures_util::stream::unfold(reader, |mut reader| async move {
+/// Streams a fill to one client from its first byte (`first`, already read
+/// from `reader`, then the rest); a failed fill ends the stream with an
+/// error, so the client sees a truncation.
+pub(crate) fn from_fill(first: Option<Bytes>, reader: FillReader) -> ResponseBody {
+    let first = first.map(|chunk| Ok::<_, BoxError>(Frame::data(chunk)));
+    let rest = futures_util::stream::unfold(reader, |mut reader| async move {
         let next = reader.next_chunk().await?;
         let frame = next
             .map(Frame::data)
             .map_err(|failure| Box::new(SharedFailure(failure)) as BoxError);
         Some((frame, reader))
     });
-    StreamBody::new(chunks).boxed_unsync()
+    StreamBody::new(futures_util::stream::iter(first).chain(rest)).boxed_unsync()
 }
 
 /// Serves a committed entry's chunks without copying them.

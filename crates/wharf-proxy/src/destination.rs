@@ -254,10 +254,11 @@ impl DestinationPolicy {
 }
 
 /// `localhost` and every name under it (RFC 6761 §6.3), given without trailing dots.
+/// `.localhost` itself (an empty label under it) counts as under it.
 fn is_local_name(name: &str) -> bool {
     const SUFFIX: &str = ".localhost";
     name.eq_ignore_ascii_case("localhost")
-        || (name.len() > SUFFIX.len()
+        || (name.len() >= SUFFIX.len()
             && name.is_char_boundary(name.len() - SUFFIX.len())
             && name[name.len() - SUFFIX.len()..].eq_ignore_ascii_case(SUFFIX))
 }
@@ -416,6 +417,27 @@ mod tests {
             "",
         ] {
             assert!(!is_local_name(name), "{name}");
+        }
+    }
+
+    /// Regression (issue 7, found by the `target_url` fuzz target):
+    /// `http://.localhost.:/=jjj` parsed to the host `.localhost.`, which the
+    /// name check let through (only names longer than `.localhost` counted).
+    #[test]
+    fn fuzz_dot_localhost_is_refused_by_name() {
+        assert!(is_local_name(".localhost"));
+        assert!(is_local_name(".LocalHost"));
+        let strict = DestinationPolicy::new(false, &[]);
+        for raw in [
+            "http://.localhost.:/=jjj",
+            "http://.localhost/",
+            "http://.LOCALHOST:80/",
+        ] {
+            let url = parse_target(raw).unwrap();
+            assert!(
+                matches!(strict.check_url(&url), Err(Refusal::LocalName(_))),
+                "{raw} ({url}) was not refused by name"
+            );
         }
     }
 }

@@ -3,15 +3,27 @@
 //!
 //! Runs as its own task, so the fill goes on when the client that started
 //! it disconnects (bounded by `max_object_bytes` and `total_timeout`).
+//!
+//! With a shared (Redis) tier the fill first asks Redis, in one round trip,
+//! for the entry or for the key's fill lease. An entry found there feeds the
+//! fill instead of the origin (and is promoted into memory). A lease held by
+//! another instance means that instance is fetching: this fill waits for its
+//! entry, bounded by the lease TTL, and fetches the origin itself if it does
+//! not come. A fill that holds the lease writes its committed entry through
+//! to Redis in the background, then gives the lease back; one that ends
+//! without an entry gives it back at once, so nobody waits for nothing.
+//! Redis failing or slow only ever means "fetch from the origin".
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use tracing::{debug, Instrument};
 use url::Url;
+use wharf_cache::shared::Lease;
 use wharf_cache::{
-    CachedResponse, FillRegistry, FillWriter, MemoryCache, PushOutcome, ResponseHead,
+    CachedResponse, FillRegistry, FillWriter, LeaseOutcome, MemoryCache, PushOutcome, ResponseHead,
+    SharedTier, WaitOutcome,
 };
 use wharf_host::metrics::UpstreamMetrics;
 
@@ -31,6 +43,32 @@ pub(crate) struct FillJob {
     pub(crate) max_object_bytes: u64,
     pub(crate) total_timeout: Duration,
     pub(crate) upstream_metrics: UpstreamMetrics,
+    /// The Redis tier, when configured.
+    pub(crate) shared: Option<Arc<SharedTier>>,
+    /// TTL of this fill's cross-instance lease, and how long to wait for another's.
+    pub(crate) lease_ttl: Duration,
+    /// Set before the head when the body comes from Redis rather than the origin.
+    pub(crate) source: Arc<OnceLock<FillSource>>,
+}
+
+/// Where a fill's body came from, when not from the origin.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FillSource {
+    /// The entry was in Redis (stored then, for `age`).
+    Shared {
+        /// When the body was complete, on this instance's clock.
+        stored_at: Instant,
+    },
+    /// Another instance fetched it while this one waited on its lease.
+    SharedAfterWait,
+}
+
+/// What the shared tier says a fill should do.
+enum Plan {
+    /// Serve this entry.
+    Entry(CachedResponse, FillSource),
+    /// Fetch the origin, holding the lease if there is one.
+    Origin(Option<Lease>),
 }
 
 impl FillJob {
@@ -42,14 +80,27 @@ impl FillJob {
 
     async fn run(self, writer: FillWriter) {
         let fill = writer.fill().clone();
+        let mut lease = match self.plan().await {
+            Plan::Entry(entry, source) => {
+                self.serve_entry(writer, entry, source).await;
+                self.fills.remove(&self.key, &fill);
+                return;
+            }
+            Plan::Origin(lease) => lease,
+        };
         let deadline = tokio::time::Instant::now() + self.total_timeout;
         let origin = origin_label(&self.target);
-        let outcome = tokio::time::timeout_at(deadline, self.fetch_into(&writer, deadline)).await;
+        let outcome =
+            tokio::time::timeout_at(deadline, self.fetch_into(&writer, deadline, &mut lease)).await;
         match outcome {
             Ok(Ok(Some(head))) => {
                 if let Some(chunks) = writer.finish() {
-                    let entry =
-                        CachedResponse::new(head, chunks, std::time::Instant::now(), self.ttl);
+                    let entry = Arc::new(CachedResponse::new(
+                        head,
+                        chunks,
+                        std::time::Instant::now(),
+                        self.ttl,
+                    ));
                     debug!(
                         bytes = entry.body_len,
                         ttl_s = self.ttl.as_secs(),
@@ -57,7 +108,8 @@ impl FillJob {
                     );
                     // Insert before unregistering: a call arriving in
                     // between finds either the fill or the entry.
-                    self.cache.insert(self.key.clone(), Arc::new(entry));
+                    self.cache.insert(self.key.clone(), entry.clone());
+                    self.write_through(entry, lease.take());
                 }
             }
             Ok(Ok(None)) => {}
@@ -74,7 +126,94 @@ impl FillJob {
                 }));
             }
         }
+        self.release(&mut lease);
         self.fills.remove(&self.key, &fill);
+    }
+
+    /// Asks the shared tier (if any) whether to serve its entry, wait for another
+    /// instance's, or fetch the origin; bounded by the lease TTL plus one round trip.
+    async fn plan(&self) -> Plan {
+        let Some(shared) = &self.shared else {
+            return Plan::Origin(None);
+        };
+        let wait_until = tokio::time::Instant::now() + self.lease_ttl;
+        let mut waited = false;
+        loop {
+            match shared
+                .lookup_or_lease(&self.key, self.lease_ttl, self.max_object_bytes)
+                .await
+            {
+                LeaseOutcome::Found(entry) => {
+                    let source = if waited {
+                        FillSource::SharedAfterWait
+                    } else {
+                        FillSource::Shared {
+                            stored_at: entry.stored_at,
+                        }
+                    };
+                    return Plan::Entry(entry, source);
+                }
+                LeaseOutcome::Acquired(lease) => return Plan::Origin(Some(lease)),
+                LeaseOutcome::Skip => return Plan::Origin(None),
+                LeaseOutcome::Held => {}
+            }
+            waited = true;
+            match shared
+                .wait(&self.key, self.max_object_bytes, wait_until)
+                .await
+            {
+                WaitOutcome::Found(entry) => {
+                    debug!("entry fetched by another instance");
+                    return Plan::Entry(entry, FillSource::SharedAfterWait);
+                }
+                // The other fetch ended without an entry: take the lease ourselves.
+                WaitOutcome::LeaseFree if tokio::time::Instant::now() < wait_until => {}
+                WaitOutcome::LeaseFree | WaitOutcome::GiveUp => {
+                    debug!("no entry from the instance holding the lease; fetching");
+                    return Plan::Origin(None);
+                }
+            }
+        }
+    }
+
+    /// Feeds an entry read from Redis to the fill's readers and promotes it into memory.
+    async fn serve_entry(&self, writer: FillWriter, entry: CachedResponse, source: FillSource) {
+        let _ = self.source.set(source);
+        writer.set_head(entry.head.clone(), true);
+        for chunk in entry.body.iter() {
+            // Committable (the entry is within max_object_bytes): push never waits.
+            writer.push(chunk.clone()).await;
+        }
+        if writer.finish().is_some() {
+            debug!(bytes = entry.body_len, "shared entry promoted into memory");
+            self.cache.insert(self.key.clone(), Arc::new(entry));
+        }
+    }
+
+    /// Writes a committed entry to Redis in the background (never delaying a reader), then
+    /// gives the lease back.
+    fn write_through(&self, entry: Arc<CachedResponse>, lease: Option<Lease>) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let key = self.key.clone();
+        tokio::spawn(
+            async move {
+                shared.put(&key, &entry).await;
+                if let Some(lease) = lease {
+                    shared.release(lease).await;
+                }
+            }
+            .in_current_span(),
+        );
+    }
+
+    /// Gives the lease back in the background, once this fill will not produce an entry.
+    fn release(&self, lease: &mut Option<Lease>) {
+        let (Some(shared), Some(lease)) = (self.shared.clone(), lease.take()) else {
+            return;
+        };
+        tokio::spawn(async move { shared.release(lease).await }.in_current_span());
     }
 
     /// Fetches and streams the body into the fill. `Ok(Some(head))`: the
@@ -83,6 +222,7 @@ impl FillJob {
         &self,
         writer: &FillWriter,
         deadline: tokio::time::Instant,
+        lease: &mut Option<Lease>,
     ) -> Result<Option<Arc<ResponseHead>>, ProxyError> {
         let fetched = self.origin.fetch(&self.target).await;
         self.upstream_metrics
@@ -100,8 +240,10 @@ impl FillJob {
         });
         writer.set_head(head.clone(), reason.is_none());
         if reason.is_some() {
-            // Later calls must not wait on a fill they cannot join.
+            // Later calls must not wait on a fill they cannot join, nor other instances
+            // on an entry that will not come.
             self.fills.remove(&self.key, writer.fill());
+            self.release(lease);
         }
         let origin = origin_label(&self.target);
         let body = OriginBody::new(incoming, origin.clone(), deadline, self.total_timeout);
@@ -120,6 +262,7 @@ impl FillJob {
             if was_committable && !writer.is_committable() {
                 was_committable = false;
                 self.fills.remove(&self.key, writer.fill());
+                self.release(lease);
             }
         }
         if let Some(expected) = expected_len.filter(|&expected| expected != received) {

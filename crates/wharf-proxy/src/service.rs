@@ -2,13 +2,16 @@
 //! response, choosing between cache hit, coalesced fill, new fill and
 //! pass-through.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use http::{header, HeaderValue, Method, Request, Response};
 use hyper::body::Incoming;
-use tracing::debug;
-use wharf_cache::{CachedResponse, FillReader, FillRegistry, Joined, MemoryCache, ResponseHead};
+use tracing::{debug, warn};
+use wharf_cache::{
+    CachedResponse, FillFailure, FillReader, FillRegistry, Joined, MemoryCache, ResponseHead,
+};
+use wharf_cache::{SharedTier, SharedTierConfig};
 use wharf_config::ProxyConfig;
 use wharf_host::error::json_error;
 use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
@@ -17,13 +20,18 @@ use wharf_host::{handler, CallContext, HostService, Phase, ResponseBody};
 use crate::body::{from_entry, from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
-use crate::fill::FillJob;
+use crate::fill::{FillJob, FillSource};
 use crate::headers::relayed_headers;
 use crate::origin::{origin_label, Origin};
 use crate::request::ProxyRequest;
 
 /// Response header telling how the call was served.
 const X_CACHE: &str = "x-cache";
+/// Response header telling which tier served a hit: `memory` or `shared`.
+const X_CACHE_TIER: &str = "x-cache-tier";
+/// Longest cross-instance fill lease: 2 × `first_byte_timeout`, capped here, is how long
+/// another instance waits for this one's entry before fetching the origin itself.
+const LEASE_TTL_CAP: Duration = Duration::from_secs(10);
 
 /// How a response was served, as reported in `x-cache`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +74,10 @@ struct Inner {
     max_ttl: Duration,
     max_object_bytes: u64,
     total_timeout: Duration,
+    /// The Redis tier (`shared_cache`), when configured.
+    shared: Option<Arc<SharedTier>>,
+    /// How long a cross-instance fill lease lasts (see [`LEASE_TTL_CAP`]).
+    lease_ttl: Duration,
 }
 
 impl ProxyService {
@@ -73,6 +85,26 @@ impl ProxyService {
     /// pool, cache and counters are created here, at start, never lazily
     /// on the first call.
     pub fn new(name: &str, config: &ProxyConfig, metrics: &Metrics) -> Self {
+        let shared = config.shared_cache.as_ref().and_then(|url| {
+            SharedTier::new(SharedTierConfig::new(url), metrics.shared_cache(name))
+                .map_err(|error| {
+                    // The config validated the URL; should the client still refuse it, the
+                    // proxy serves from memory and origin rather than not at all.
+                    warn!(service = name, error = %error, "shared cache disabled");
+                })
+                .ok()
+        });
+        Self::with_shared_tier(name, config, metrics, shared)
+    }
+
+    /// Builds the proxy with an explicit shared tier (or none), whatever `shared_cache`
+    /// says: for embedding programs and tests that configure the tier themselves.
+    pub fn with_shared_tier(
+        name: &str,
+        config: &ProxyConfig,
+        metrics: &Metrics,
+        shared: Option<Arc<SharedTier>>,
+    ) -> Self {
         let policy = Arc::new(DestinationPolicy::new(
             config.allow_private_networks,
             &config.allow_hosts,
@@ -103,6 +135,9 @@ impl ProxyService {
                 max_ttl: config.max_ttl,
                 max_object_bytes: config.max_object_bytes,
                 total_timeout: config.total_timeout,
+                shared,
+                lease_ttl: (config.first_byte_timeout * 2)
+                    .clamp(Duration::from_secs(1), LEASE_TTL_CAP),
             }),
         }
     }
@@ -158,13 +193,15 @@ impl Inner {
         let key = call.cache_key();
         phases.enter(Phase::CacheLookup);
         if let Some(entry) = self.cache.get(key, Instant::now()) {
-            return Ok((hit_response(&entry), CacheResult::Hit));
+            return Ok((hit_response(&entry, "memory"), CacheResult::Hit));
         }
         phases.enter(Phase::UpstreamConnect);
         match self.fills.join_or_start(key, self.max_object_bytes) {
             Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced, &phases).await,
             Joined::Leader(writer, reader) => {
                 let ttl = Duration::from_secs(call.cache_duration).min(self.max_ttl);
+                // Set by the fill before the head when the body comes from Redis.
+                let source = Arc::new(OnceLock::new());
                 FillJob {
                     origin: self.origin.clone(),
                     cache: self.cache.clone(),
@@ -175,9 +212,29 @@ impl Inner {
                     max_object_bytes: self.max_object_bytes,
                     total_timeout: self.total_timeout,
                     upstream_metrics: self.upstream_metrics.clone(),
+                    shared: self.shared.clone(),
+                    lease_ttl: self.lease_ttl,
+                    source: source.clone(),
                 }
                 .spawn(writer);
-                stream_fill(reader, CacheResult::Miss, &phases).await
+                let (mut response, mut result) =
+                    stream_fill(reader, CacheResult::Miss, &phases).await?;
+                if let Some(source) = source.get() {
+                    // A Redis hit is a hit; an entry another instance fetched while this
+                    // one waited for it is that instance's fill, shared.
+                    let headers = response.headers_mut();
+                    result = match source {
+                        FillSource::Shared { stored_at } => {
+                            let age = Instant::now().saturating_duration_since(*stored_at);
+                            headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
+                            CacheResult::Hit
+                        }
+                        FillSource::SharedAfterWait => CacheResult::Coalesced,
+                    };
+                    headers.insert(X_CACHE, HeaderValue::from_static(result.as_str()));
+                    headers.insert(X_CACHE_TIER, HeaderValue::from_static("shared"));
+                }
+                Ok((response, result))
             }
         }
     }
@@ -208,12 +265,15 @@ impl Inner {
             status: parts.status,
             headers: relayed_headers(&parts.headers),
         };
-        let body = OriginBody::new(
+        let mut body = Box::pin(OriginBody::new(
             incoming,
             origin_label(&call.target),
             deadline,
             self.total_timeout,
-        );
+        ));
+        // A body broken before its first byte gets a 502/504 answer, not a
+        // connection closed without one (see `read_first_frame`).
+        body.as_mut().read_first_frame().await?;
         Ok(build_response(&head, relay(body), CacheResult::Bypass))
     }
 }
@@ -244,28 +304,45 @@ async fn stream_fill(
     result: CacheResult,
     phases: &Phases,
 ) -> Result<(Response<ResponseBody>, CacheResult), ProxyError> {
-    let head = match reader.head().await {
-        Ok(head) => head,
-        Err(failure) => {
-            return Err(match failure.downcast_ref::<ProxyError>() {
-                Some(error) => clone_error(error),
-                None => ProxyError::OriginUnavailable {
-                    origin: String::new(),
-                    message: failure.to_string(),
-                },
-            });
-        }
+    let head = reader
+        .head()
+        .await
+        .map_err(|failure| fill_error(&failure))?;
+    // Answer once the first body byte is there: a fill that fails before it
+    // gets a 502/504, not a connection closed without any answer (hyper
+    // drops a head it has not flushed when the body fails at once).
+    let first = match reader.next_chunk().await {
+        Some(Ok(chunk)) => Some(chunk),
+        Some(Err(failure)) => return Err(fill_error(&failure)),
+        None => None,
     };
     phases.enter(Phase::FirstByte);
-    Ok((build_response(&head, from_fill(reader), result), result))
+    Ok((
+        build_response(&head, from_fill(first, reader), result),
+        result,
+    ))
 }
 
-fn hit_response(entry: &Arc<CachedResponse>) -> Response<ResponseBody> {
+/// The error a reader's call answers with when its fill failed.
+fn fill_error(failure: &FillFailure) -> ProxyError {
+    match failure.downcast_ref::<ProxyError>() {
+        Some(error) => clone_error(error),
+        None => ProxyError::OriginUnavailable {
+            origin: String::new(),
+            message: failure.to_string(),
+        },
+    }
+}
+
+fn hit_response(entry: &Arc<CachedResponse>, tier: &'static str) -> Response<ResponseBody> {
     let mut response = build_response(&entry.head, from_entry(entry), CacheResult::Hit);
     response.headers_mut().insert(
         header::AGE,
         HeaderValue::from(entry.age_secs(Instant::now())),
     );
+    response
+        .headers_mut()
+        .insert(X_CACHE_TIER, HeaderValue::from_static(tier));
     response
 }
 

@@ -4,10 +4,11 @@
 //! Validation never stops at the first problem: a [`Checker`] collects every problem (with
 //! its line, taken from the raw model's spans) and substitutes the default for a bad value so
 //! that later checks still run. The `[server]` table is checked in `server.rs`, `[telemetry]`
-//! in `telemetry.rs`, proxy and route keys in `proxy.rs` and `route.rs`; this module holds the shared helpers, the service
-//! table and the cross-key rules.
+//! in `telemetry.rs`, proxy, route and queue keys in `proxy.rs`, `route.rs` and `queue.rs`;
+//! this module holds the shared helpers, the service table and the cross-key rules.
 
 mod proxy;
+mod queue;
 mod route;
 mod server;
 mod telemetry;
@@ -46,6 +47,7 @@ pub(crate) fn validate(raw: RawConfig, text: &str, file: &str) -> Result<Config,
             let path = match &service.kind {
                 ServiceKind::Proxy(p) => p.path.clone(),
                 ServiceKind::Route(r) => r.path_prefix.clone(),
+                ServiceKind::Queue(q) => q.path.clone(),
             };
             paths.push((path, service.name.clone(), path_span));
             services.push(service);
@@ -230,7 +232,7 @@ fn service(
         c.report(
             name_span,
             &table,
-            r#"missing `type`, add type = "proxy" or type = "route""#,
+            r#"missing `type`, add type = "proxy", type = "route" or type = "queue""#,
         );
         return None;
     };
@@ -243,11 +245,15 @@ fn service(
             defaults::ROUTE_MAX_CONCURRENT_CALLS,
             defaults::ROUTE_MAX_QUEUED_CALLS,
         ),
+        "queue" => (
+            defaults::QUEUE_MAX_CONCURRENT_CALLS,
+            defaults::QUEUE_MAX_QUEUED_CALLS,
+        ),
         other => {
             c.report(
                 Some(kind.span()),
                 &format!("{table}.type"),
-                format!(r#"unknown service type {other:?}, use "proxy" or "route""#),
+                format!(r#"unknown service type {other:?}, use "proxy", "route" or "queue""#),
             );
             return None;
         }
@@ -278,17 +284,42 @@ fn service(
         queue_timeout,
     };
 
+    let owned = |keys: Vec<crate::raw::PresentKey>, owner: &'static str| {
+        keys.into_iter()
+            .map(move |key| (key, owner))
+            .collect::<Vec<_>>()
+    };
     let (kind, path_span) = match kind.get_ref().as_str() {
         "proxy" => {
-            foreign_keys(c, &table, "proxy", raw.route_keys(), &name_span);
+            let mut foreign = owned(raw.route_keys(), "route");
+            foreign.extend(owned(raw.queue_keys(), "queue"));
+            foreign_keys(c, &table, "proxy", foreign, &name_span);
             let proxy = proxy::proxy(c, &table, raw, &name_span);
             (
                 ServiceKind::Proxy(proxy),
                 raw.path.as_ref().map(Spanned::span),
             )
         }
+        "queue" => {
+            // `path` is a key of both proxies and queues.
+            let proxy_only = raw
+                .proxy_keys()
+                .into_iter()
+                .filter(|(key, _)| *key != "path")
+                .collect();
+            let mut foreign = owned(proxy_only, "proxy");
+            foreign.extend(owned(raw.route_keys(), "route"));
+            foreign_keys(c, &table, "queue", foreign, &name_span);
+            let queue = queue::queue(c, &table, raw, &name_span);
+            (
+                ServiceKind::Queue(queue),
+                raw.path.as_ref().map(Spanned::span),
+            )
+        }
         _ => {
-            foreign_keys(c, &table, "route", raw.proxy_keys(), &name_span);
+            let mut foreign = owned(raw.proxy_keys(), "proxy");
+            foreign.extend(owned(raw.queue_keys(), "queue"));
+            foreign_keys(c, &table, "route", foreign, &name_span);
             let route = route::route(c, &table, raw, &name_span);
             let span = raw.path_prefix.as_ref().map(Spanned::span);
             (ServiceKind::Route(route), span)
@@ -302,20 +333,17 @@ fn service(
     Some((service, path_span))
 }
 
-/// Refuses keys that belong to another service type.
+/// Refuses keys that belong to another service type (`keys` with the type each belongs to).
 fn foreign_keys(
     c: &mut Checker<'_>,
     table: &str,
     type_name: &str,
-    keys: Vec<crate::raw::PresentKey>,
+    mut keys: Vec<(crate::raw::PresentKey, &'static str)>,
     name_span: &Option<Range<usize>>,
 ) {
-    let other = if type_name == "proxy" {
-        "route"
-    } else {
-        "proxy"
-    };
-    for (key, span) in keys {
+    // Report in file order whichever type the keys belong to.
+    keys.sort_by_key(|((_, span), _)| span.as_ref().map_or(usize::MAX, |s| s.start));
+    for ((key, span), other) in keys {
         c.report(
             span.or_else(|| name_span.clone()),
             table,

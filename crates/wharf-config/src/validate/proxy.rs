@@ -85,6 +85,12 @@ pub(super) fn proxy(
         "1ms",
     );
 
+    let shared_cache = raw.shared_cache.as_ref().and_then(|written| {
+        redis_url(written.get_ref())
+            .map_err(|why| c.report(Some(written.span()), &key("shared_cache"), why))
+            .ok()
+    });
+
     ProxyConfig {
         path,
         cache_max_bytes,
@@ -95,7 +101,45 @@ pub(super) fn proxy(
         connect_timeout,
         first_byte_timeout,
         total_timeout,
+        shared_cache,
     }
+}
+
+/// Checks a `shared_cache` URL: `redis://[:password@]host[:port][/db]`, returned normalised.
+pub(crate) fn redis_url(written: &str) -> Result<String, String> {
+    let example = r#"e.g. "redis://127.0.0.1:6379""#;
+    let url = url::Url::parse(written)
+        .map_err(|err| format!("{written:?} is not a URL: {err} ({example})"))?;
+    match url.scheme() {
+        "redis" => {}
+        "rediss" => {
+            return Err(format!(
+                "{written:?}: TLS to Redis is not supported, use redis:// ({example})"
+            ))
+        }
+        other => {
+            return Err(format!(
+                "{written:?}: unsupported scheme {other:?}, use redis:// ({example})"
+            ))
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{written:?} has no host ({example})"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("{written:?} must not have a query or fragment"));
+    }
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(format!(
+            "{written:?}: the path is a database number, e.g. \"redis://127.0.0.1:6379/2\""
+        ));
+    }
+    let mut normalised = url.to_string();
+    if normalised.ends_with('/') {
+        normalised.pop();
+    }
+    Ok(normalised)
 }
 
 /// Normalises an `allow_hosts` entry (`"Example.COM:8443"` → `"example.com:8443"`) the way
@@ -151,7 +195,30 @@ pub(crate) fn host_entry(entry: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::host_entry;
+    use super::{host_entry, redis_url};
+
+    #[test]
+    fn shared_cache_urls() {
+        let good = [
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
+            ("redis://cache.example:6380/", "redis://cache.example:6380"),
+            ("redis://:secret@10.0.0.2/3", "redis://:secret@10.0.0.2/3"),
+        ];
+        for (written, want) in good {
+            assert_eq!(redis_url(written).as_deref(), Ok(want), "{written:?}");
+        }
+        for bad in [
+            "",
+            "127.0.0.1:6379",
+            "rediss://127.0.0.1:6379",
+            "http://127.0.0.1:6379",
+            "redis://",
+            "redis://127.0.0.1/x",
+            "redis://127.0.0.1?db=1",
+        ] {
+            assert!(redis_url(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
 
     #[test]
     fn allow_hosts_entries() {

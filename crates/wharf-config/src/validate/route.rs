@@ -12,7 +12,7 @@ use crate::raw::{RawHeaderTable, RawService};
 
 /// Headers a route may neither set nor remove: they frame the message or concern one hop
 /// only (RFC 9110 §7.6.1), and the host manages them.
-const HOP_BY_HOP: [&str; 8] = [
+pub(super) const HOP_BY_HOP: [&str; 8] = [
     "connection",
     "content-length",
     "keep-alive",

@@ -1,0 +1,606 @@
+//! The shared cache tier: committed responses kept in Redis, so that several wharf instances
+//! behind a load balancer serve what any of them fetched (SPEC §8).
+//!
+//! [`SharedTier`] is what the proxy calls. It never fails and never stalls a call: every
+//! Redis round trip is bounded by [`SharedTierConfig::op_timeout`] (100 ms by default); an
+//! error or timeout is counted, the tier is skipped for that call, and for
+//! [`SharedTierConfig::rest_after_failure`] (1 s) further operations are skipped at once
+//! (counted as `skipped`) instead of each paying the timeout. After the rest the next
+//! operation tries again; the redis crate's `ConnectionManager` reconnects underneath.
+//!
+//! Layout of one entry under cache key `K` (the `{K}` hash tag keeps an entry's keys in one
+//! cluster slot):
+//! - `wharf:{K}:m` — the meta value (`codec.rs`): status, relayed headers, body length, chunk
+//!   count, stored-at, TTL and the chunk-key version. Written last, so a reader that finds it
+//!   finds the chunks too; it expires with the entry's TTL, as the memory entry does.
+//! - `wharf:{K}:c:VERSION:I` — body chunk `I` of [`SharedTierConfig::chunk_bytes`] (256 KiB),
+//!   so no side holds a big body in one value; kept a little longer than the meta value so
+//!   that a reader who saw the meta just before it expired still finds every chunk. A new
+//!   version per write keeps two writers of one key from mixing chunks.
+//! - `wharf:{K}:l` — the fill lease: `SET NX PX` by the instance that fetches `K` from the
+//!   origin, so that instances missing `K` at the same time make one origin request between
+//!   them ([`SharedTier::lookup_or_lease`], [`SharedTier::wait`]).
+//!
+//! Deciding what is cacheable, and serving, stay with the proxy.
+
+mod codec;
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Value};
+use tracing::debug;
+use wharf_metrics::shared::{
+    SharedCacheMetrics, SharedFailure, SharedLease, SharedLookup, SharedOp, SharedWrite,
+};
+
+use crate::entry::{CachedResponse, ResponseHead};
+use codec::{unix_ms, Meta};
+
+/// Default bound of one Redis round trip.
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default size of one body chunk value.
+pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
+/// Chunks fetched or stored per round trip.
+const CHUNKS_PER_TRIP: usize = 4;
+/// How much longer chunk values live than their meta value.
+const CHUNK_GRACE: Duration = Duration::from_secs(10);
+
+/// Finds the meta value, or takes the lease, in one atomic step: KEYS = meta, lease;
+/// ARGV = token, lease TTL in ms. Returns the meta value, 1 (lease taken) or 0 (lease held
+/// by another instance).
+const LOOKUP_OR_LEASE: &str = r"
+local meta = redis.call('GET', KEYS[1])
+if meta then return meta end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+";
+
+/// Deletes the lease only if it is still ours: KEYS = lease; ARGV = token.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// How the shared tier is reached and bounded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedTierConfig {
+    /// `redis://host:port[/db]` (no TLS).
+    pub url: String,
+    /// Bound of every Redis round trip. Default 100 ms. Past it the tier is skipped.
+    pub op_timeout: Duration,
+    /// Size of one body chunk value. Default 256 KiB.
+    pub chunk_bytes: usize,
+    /// After a failure, how long operations are skipped without trying. Default 1 s.
+    pub rest_after_failure: Duration,
+    /// While another instance holds the lease, how often to look for its entry. Default 25 ms.
+    pub poll_interval: Duration,
+}
+
+impl SharedTierConfig {
+    /// The defaults for a Redis at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            op_timeout: DEFAULT_OP_TIMEOUT,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            rest_after_failure: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(25),
+        }
+    }
+}
+
+/// The shared tier could not be set up (a bad URL; an unreachable Redis is not an error).
+#[derive(Debug, thiserror::Error)]
+#[error("shared cache {url:?}: {source}")]
+pub struct SharedTierError {
+    /// The URL as configured.
+    pub url: String,
+    /// What the redis crate said.
+    pub source: RedisError,
+}
+
+/// What [`SharedTier::lookup_or_lease`] found.
+#[derive(Debug)]
+pub enum LeaseOutcome {
+    /// The entry is in Redis: serve it (and promote it into memory).
+    Found(CachedResponse),
+    /// No entry, and this instance now holds the lease: fetch from the origin, then
+    /// [`SharedTier::put`] and [`SharedTier::release`].
+    Acquired(Lease),
+    /// No entry, and another instance holds the lease: [`SharedTier::wait`] for its entry.
+    Held,
+    /// The tier cannot help this call (error, timeout, resting, unusable entry): fetch from
+    /// the origin without a lease.
+    Skip,
+}
+
+/// What [`SharedTier::wait`] saw.
+#[derive(Debug)]
+pub enum WaitOutcome {
+    /// The other instance's entry arrived.
+    Found(CachedResponse),
+    /// The lease is gone without an entry (the other fetch failed or was not cacheable):
+    /// try [`SharedTier::lookup_or_lease`] again.
+    LeaseFree,
+    /// The deadline passed, or the tier failed: fetch from the origin.
+    GiveUp,
+}
+
+/// A held fill lease, given back with [`SharedTier::release`] (or left to expire).
+#[derive(Debug)]
+pub struct Lease {
+    key: String,
+    token: String,
+}
+
+/// Why an operation did not run to completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpError {
+    /// Not tried: resting after a failure.
+    Skipped,
+    /// Failed or timed out (counted).
+    Failed,
+}
+
+/// The Redis tier of one proxy service. Cheap to share (`Arc`); every method is bounded in
+/// time and reports failure as "no help", never as an error to the caller.
+pub struct SharedTier {
+    connection: ConnectionManager,
+    config: SharedTierConfig,
+    metrics: SharedCacheMetrics,
+    /// Time origin of `rest_until_ms`.
+    clock: Instant,
+    /// Operations are skipped until this many ms after `clock` (set on failure).
+    rest_until_ms: AtomicU64,
+    /// Source of lease tokens and chunk versions.
+    random: RandomState,
+    /// Makes every token distinct even if the hasher repeats.
+    sequence: AtomicU64,
+}
+
+impl std::fmt::Debug for SharedTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedTier")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedTier {
+    /// Sets up the tier for `config.url`. Connects lazily (in the background, on first use):
+    /// a Redis that is down at start is not an error, the tier is skipped until it is up.
+    /// Must be called within a tokio runtime.
+    pub fn new(
+        config: SharedTierConfig,
+        metrics: SharedCacheMetrics,
+    ) -> Result<Arc<Self>, SharedTierError> {
+        let error = |source| SharedTierError {
+            url: config.url.clone(),
+            source,
+        };
+        let client = redis::Client::open(config.url.as_str()).map_err(error)?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.op_timeout.max(Duration::from_millis(250))))
+            // Our own bound (`run`) fires first; this one only frees the connection's slot.
+            .set_response_timeout(Some(config.op_timeout * 2))
+            // Reconnection is paced by the rest period below, not by a long retry loop that
+            // every waiting operation would sit behind.
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200));
+        let connection = ConnectionManager::new_lazy_with_config(client, manager).map_err(error)?;
+        Ok(Arc::new(Self {
+            connection,
+            config,
+            metrics,
+            clock: Instant::now(),
+            rest_until_ms: AtomicU64::new(0),
+            random: RandomState::new(),
+            sequence: AtomicU64::new(0),
+        }))
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &SharedTierConfig {
+        &self.config
+    }
+
+    /// Looks `key` up; `None` on a miss, an entry over `max_bytes`, or any failure.
+    pub async fn get(&self, key: &str, max_bytes: u64) -> Option<CachedResponse> {
+        let keys = Keys::new(key);
+        let mut connection = self.connection.clone();
+        let meta = self
+            .run(SharedOp::Get, async {
+                redis::cmd("GET")
+                    .arg(&keys.meta)
+                    .query_async::<Option<Vec<u8>>>(&mut connection)
+                    .await
+            })
+            .await;
+        let found = match meta {
+            Ok(Some(meta)) => self.read_entry(&keys, &meta, max_bytes).await,
+            Ok(None) => Ok(None),
+            Err(error) => Err(error),
+        };
+        self.count_lookup(&found);
+        found.ok().flatten()
+    }
+
+    /// Looks `key` up and, on a miss, tries to take its fill lease for `lease_ttl`, in one
+    /// round trip (plus the chunk reads of a hit).
+    pub async fn lookup_or_lease(
+        &self,
+        key: &str,
+        lease_ttl: Duration,
+        max_bytes: u64,
+    ) -> LeaseOutcome {
+        let keys = Keys::new(key);
+        let token = self.unique_id();
+        let ttl_ms = lease_ttl.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        let mut connection = self.connection.clone();
+        let answer = self
+            .run(SharedOp::Lease, async {
+                redis::cmd("EVAL")
+                    .arg(LOOKUP_OR_LEASE)
+                    .arg(2)
+                    .arg(&keys.meta)
+                    .arg(&keys.lease)
+                    .arg(&token)
+                    .arg(ttl_ms)
+                    .query_async::<Value>(&mut connection)
+                    .await
+            })
+            .await;
+        let (outcome, lookup) = match answer {
+            Ok(Value::BulkString(meta)) => {
+                let found = self.read_entry(&keys, &meta, max_bytes).await;
+                self.count_lookup(&found);
+                return match found {
+                    Ok(Some(entry)) => LeaseOutcome::Found(entry),
+                    _ => LeaseOutcome::Skip,
+                };
+            }
+            Ok(Value::Int(1)) => {
+                self.metrics.lease(SharedLease::Acquired);
+                let lease = Lease {
+                    key: keys.lease,
+                    token,
+                };
+                (LeaseOutcome::Acquired(lease), SharedLookup::Miss)
+            }
+            Ok(Value::Int(0)) => {
+                self.metrics.lease(SharedLease::Held);
+                (LeaseOutcome::Held, SharedLookup::Miss)
+            }
+            Ok(other) => {
+                debug!(answer = ?other, "shared cache: unexpected lease answer");
+                self.metrics.lease(SharedLease::Error);
+                (LeaseOutcome::Skip, SharedLookup::Miss)
+            }
+            Err(error) => {
+                self.metrics.lease(SharedLease::Error);
+                let lookup = match error {
+                    OpError::Skipped => SharedLookup::Skipped,
+                    OpError::Failed => SharedLookup::Error,
+                };
+                (LeaseOutcome::Skip, lookup)
+            }
+        };
+        self.metrics.lookup(lookup);
+        outcome
+    }
+
+    /// Waits for the entry of `key` that another instance is fetching, polling every
+    /// [`SharedTierConfig::poll_interval`] until it appears, the lease is given back or
+    /// expires, or `until`.
+    pub async fn wait(
+        &self,
+        key: &str,
+        max_bytes: u64,
+        until: tokio::time::Instant,
+    ) -> WaitOutcome {
+        let keys = Keys::new(key);
+        loop {
+            let next = tokio::time::Instant::now() + self.config.poll_interval;
+            if next >= until {
+                return WaitOutcome::GiveUp;
+            }
+            tokio::time::sleep_until(next).await;
+            let mut connection = self.connection.clone();
+            let polled = self
+                .run(SharedOp::Poll, async {
+                    redis::pipe()
+                        .cmd("GET")
+                        .arg(&keys.meta)
+                        .cmd("EXISTS")
+                        .arg(&keys.lease)
+                        .query_async::<(Option<Vec<u8>>, bool)>(&mut connection)
+                        .await
+                })
+                .await;
+            match polled {
+                Ok((Some(meta), _)) => {
+                    return match self.read_entry(&keys, &meta, max_bytes).await {
+                        Ok(Some(entry)) => WaitOutcome::Found(entry),
+                        _ => WaitOutcome::GiveUp,
+                    };
+                }
+                Ok((None, true)) => {}
+                Ok((None, false)) => return WaitOutcome::LeaseFree,
+                Err(_) => return WaitOutcome::GiveUp,
+            }
+        }
+    }
+
+    /// Writes a committed entry through to Redis: chunks first, the meta value last, with
+    /// the entry's remaining TTL. Meant to run in the background; bounded per round trip.
+    pub async fn put(&self, key: &str, entry: &CachedResponse) {
+        let outcome = self.try_put(key, entry).await;
+        self.metrics.write(match outcome {
+            Ok(true) => SharedWrite::Ok,
+            Ok(false) => return, // expired already: nothing to share
+            Err(OpError::Skipped) => SharedWrite::Skipped,
+            Err(OpError::Failed) => SharedWrite::Error,
+        });
+    }
+
+    /// Gives a lease back (only if still ours), so that waiting instances stop waiting.
+    pub async fn release(&self, lease: Lease) {
+        let mut connection = self.connection.clone();
+        let _ = self
+            .run(SharedOp::Release, async {
+                redis::cmd("EVAL")
+                    .arg(RELEASE)
+                    .arg(1)
+                    .arg(&lease.key)
+                    .arg(&lease.token)
+                    .query_async::<i64>(&mut connection)
+                    .await
+            })
+            .await;
+    }
+
+    async fn try_put(&self, key: &str, entry: &CachedResponse) -> Result<bool, OpError> {
+        let now = Instant::now();
+        let remaining = entry.expires_at.saturating_duration_since(now);
+        let ttl_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+        if ttl_ms == 0 {
+            return Ok(false);
+        }
+        let age = now.saturating_duration_since(entry.stored_at);
+        let total_ttl = entry.expires_at.saturating_duration_since(entry.stored_at);
+        let keys = Keys::new(key);
+        let version = self.unique_id();
+        let chunk_ttl_ms = ttl_ms.saturating_add(CHUNK_GRACE.as_millis() as u64);
+        let chunks = rechunk(&entry.body, self.config.chunk_bytes.max(1));
+        for (trip, group) in chunks.chunks(CHUNKS_PER_TRIP).enumerate() {
+            let mut pipe = redis::pipe();
+            for (i, chunk) in group.iter().enumerate() {
+                let index = trip * CHUNKS_PER_TRIP + i;
+                pipe.cmd("SET")
+                    .arg(keys.chunk(&version, index))
+                    .arg(chunk.as_ref())
+                    .arg("PX")
+                    .arg(chunk_ttl_ms)
+                    .ignore();
+            }
+            let mut connection = self.connection.clone();
+            self.run(SharedOp::Put, async {
+                pipe.query_async::<()>(&mut connection).await
+            })
+            .await?;
+        }
+        let meta = Meta {
+            status: entry.head.status,
+            headers: entry.head.headers.clone(),
+            body_len: entry.body_len,
+            chunks: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
+            stored_at_ms: unix_ms().saturating_sub(age.as_millis() as u64),
+            ttl_ms: u64::try_from(total_ttl.as_millis()).unwrap_or(u64::MAX),
+            version,
+        }
+        .encode();
+        let mut connection = self.connection.clone();
+        self.run(SharedOp::Put, async {
+            redis::cmd("SET")
+                .arg(&keys.meta)
+                .arg(meta)
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async::<()>(&mut connection)
+                .await
+        })
+        .await?;
+        Ok(true)
+    }
+
+    /// Reads the chunks a meta value names. `Ok(None)`: the entry is unusable (garbled,
+    /// expired, over `max_bytes`, a chunk missing).
+    async fn read_entry(
+        &self,
+        keys: &Keys,
+        meta: &[u8],
+        max_bytes: u64,
+    ) -> Result<Option<CachedResponse>, OpError> {
+        let Some(meta) = Meta::decode(meta) else {
+            debug!("shared cache: unreadable meta value, treated as a miss");
+            return Ok(None);
+        };
+        let now_ms = unix_ms();
+        if meta.remaining(now_ms).is_zero() || meta.body_len > max_bytes {
+            return Ok(None);
+        }
+        let count = usize::try_from(meta.chunks).unwrap_or(usize::MAX);
+        let plausible = (meta.body_len == 0 && count == 0)
+            || (count > 0 && meta.body_len.div_ceil(count as u64) <= 64 << 20);
+        if !plausible {
+            return Ok(None);
+        }
+        let mut body = Vec::with_capacity(count);
+        let mut received = 0u64;
+        for first in (0..count).step_by(CHUNKS_PER_TRIP) {
+            let last = (first + CHUNKS_PER_TRIP).min(count);
+            let mut pipe = redis::pipe();
+            for index in first..last {
+                pipe.cmd("GET").arg(keys.chunk(&meta.version, index));
+            }
+            let mut connection = self.connection.clone();
+            let values = self
+                .run(SharedOp::Get, async {
+                    pipe.query_async::<Vec<Value>>(&mut connection).await
+                })
+                .await?;
+            for value in values {
+                let Value::BulkString(chunk) = value else {
+                    debug!("shared cache: chunk missing, treated as a miss");
+                    return Ok(None);
+                };
+                received += chunk.len() as u64;
+                body.push(Bytes::from(chunk));
+            }
+        }
+        if received != meta.body_len || body.len() != count {
+            return Ok(None);
+        }
+        let head = Arc::new(ResponseHead {
+            status: meta.status,
+            headers: meta.headers.clone(),
+        });
+        let now = Instant::now();
+        let stored_at = now.checked_sub(meta.age(now_ms)).unwrap_or(now);
+        Ok(Some(CachedResponse::new(
+            head,
+            body,
+            stored_at,
+            Duration::from_millis(meta.ttl_ms),
+        )))
+    }
+
+    /// Runs one Redis round trip within the op timeout, with its latency and failure counted.
+    async fn run<T>(
+        &self,
+        op: SharedOp,
+        future: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, OpError> {
+        if self.resting() {
+            return Err(OpError::Skipped);
+        }
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(self.config.op_timeout, future).await;
+        let seconds = started.elapsed().as_secs_f64();
+        match outcome {
+            Ok(Ok(value)) => {
+                self.metrics.op(op, seconds, None);
+                Ok(value)
+            }
+            Ok(Err(error)) => {
+                debug!(op = op.as_str(), error = %error, "shared cache operation failed; tier skipped");
+                let failure = if error.is_timeout() {
+                    SharedFailure::Timeout
+                } else {
+                    SharedFailure::Error
+                };
+                self.metrics.op(op, seconds, Some(failure));
+                self.rest();
+                Err(OpError::Failed)
+            }
+            Err(_elapsed) => {
+                debug!(
+                    op = op.as_str(),
+                    "shared cache operation timed out; tier skipped"
+                );
+                self.metrics.op(op, seconds, Some(SharedFailure::Timeout));
+                self.rest();
+                Err(OpError::Failed)
+            }
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn resting(&self) -> bool {
+        self.now_ms() < self.rest_until_ms.load(Ordering::Relaxed)
+    }
+
+    fn rest(&self) {
+        let rest = u64::try_from(self.config.rest_after_failure.as_millis()).unwrap_or(u64::MAX);
+        self.rest_until_ms
+            .store(self.now_ms().saturating_add(rest), Ordering::Relaxed);
+    }
+
+    fn count_lookup<T>(&self, found: &Result<Option<T>, OpError>) {
+        self.metrics.lookup(match found {
+            Ok(Some(_)) => SharedLookup::Hit,
+            Ok(None) => SharedLookup::Miss,
+            Err(OpError::Skipped) => SharedLookup::Skipped,
+            Err(OpError::Failed) => SharedLookup::Error,
+        });
+    }
+
+    /// 128 random-ish bits as hex: a per-process random hasher keyed with a counter.
+    fn unique_id(&self) -> String {
+        let n = self.sequence.fetch_add(1, Ordering::Relaxed);
+        let high = self.random.hash_one((n, std::process::id(), 0u8));
+        let low = self.random.hash_one((n, unix_ms(), 1u8));
+        format!("{high:016x}{low:016x}")
+    }
+}
+
+/// The Redis keys of one cache key.
+struct Keys {
+    meta: String,
+    lease: String,
+    /// `wharf:{K}:c:` — followed by `VERSION:I`.
+    chunk_prefix: String,
+}
+
+impl Keys {
+    fn new(key: &str) -> Self {
+        Self {
+            meta: format!("wharf:{{{key}}}:m"),
+            lease: format!("wharf:{{{key}}}:l"),
+            chunk_prefix: format!("wharf:{{{key}}}:c:"),
+        }
+    }
+
+    fn chunk(&self, version: &str, index: usize) -> String {
+        format!("{}{version}:{index}", self.chunk_prefix)
+    }
+}
+
+/// The body regrouped into values of `size` bytes (the last may be shorter). A body chunk
+/// that already has exactly that size is shared, not copied.
+fn rechunk(body: &[Bytes], size: usize) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut current: Vec<u8> = Vec::new();
+    for piece in body {
+        let mut piece = piece.clone();
+        while !piece.is_empty() {
+            if current.is_empty() && piece.len() >= size {
+                out.push(piece.split_to(size));
+                continue;
+            }
+            let take = (size - current.len()).min(piece.len());
+            current.extend_from_slice(&piece.split_to(take));
+            if current.len() == size {
+                out.push(Bytes::from(std::mem::take(&mut current)));
+            }
+        }
+    }
+    if !current.is_empty() {
+        out.push(Bytes::from(current));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+//! The shared tier against the real Redis at 127.0.0.1:6379 (skipped, loudly, when there is
+//! none), and its pure helpers.
+
+use super::*;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use wharf_metrics::Metrics;
+
+const REDIS: &str = "redis://127.0.0.1:6379";
+
+async fn redis_is_up() -> bool {
+    let up = tokio::time::timeout(
+        Duration::from_millis(500),
+        tokio::net::TcpStream::connect("127.0.0.1:6379"),
+    )
+    .await
+    .is_ok_and(|connected| connected.is_ok());
+    if !up {
+        eprintln!(
+            "SKIP: no Redis at 127.0.0.1:6379 (start it: see .ci/run); shared tier test not run"
+        );
+    }
+    up
+}
+
+fn unique(name: &str) -> String {
+    format!("test:{name}:{}:{}", std::process::id(), unix_ms())
+}
+
+fn tier(metrics: &Metrics, url: &str) -> Arc<SharedTier> {
+    SharedTier::new(SharedTierConfig::new(url), metrics.shared_cache("t")).unwrap()
+}
+
+fn entry(body: Vec<Bytes>, ttl: Duration) -> CachedResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "content-type",
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert("etag", HeaderValue::from_static("\"e\""));
+    let head = Arc::new(ResponseHead {
+        status: StatusCode::OK,
+        headers,
+    });
+    CachedResponse::new(head, body, Instant::now(), ttl)
+}
+
+fn body_of(entry: &CachedResponse) -> Vec<u8> {
+    entry.body.iter().flat_map(|c| c.iter().copied()).collect()
+}
+
+#[test]
+fn rechunk_regroups_into_fixed_sizes_without_losing_bytes() {
+    let pieces: Vec<Bytes> = [3usize, 10, 1, 0, 7, 4]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Bytes::from(vec![i as u8; *n]))
+        .collect();
+    let whole: Vec<u8> = pieces.iter().flat_map(|c| c.iter().copied()).collect();
+    let out = rechunk(&pieces, 4);
+    assert!(out.iter().rev().skip(1).all(|c| c.len() == 4));
+    assert_eq!(
+        out.iter()
+            .flat_map(|c| c.iter().copied())
+            .collect::<Vec<_>>(),
+        whole
+    );
+    assert!(rechunk(&[], 4).is_empty());
+}
+
+#[tokio::test]
+async fn a_multi_chunk_body_round_trips_byte_for_byte() {
+    if !redis_is_up().await {
+        return;
+    }
+    let metrics = Metrics::new();
+    let tier = tier(&metrics, REDIS);
+    let key = unique("roundtrip");
+    // 1 MiB + 1000 bytes in odd origin-sized pieces: five 256 KiB values.
+    let whole: Vec<u8> = (0..(1 << 20) + 1000)
+        .map(|i: u32| (i % 251) as u8)
+        .collect();
+    let pieces: Vec<Bytes> = whole.chunks(16_000).map(Bytes::copy_from_slice).collect();
+    tier.put(&key, &entry(pieces, Duration::from_secs(30)))
+        .await;
+    let found = tier.get(&key, 64 << 20).await.expect("entry stored");
+    assert_eq!(found.body.len(), 5);
+    assert_eq!(body_of(&found), whole);
+    assert_eq!(found.head.headers["etag"], "\"e\"");
+    assert!(found.expires_at > Instant::now() + Duration::from_secs(25));
+    assert!(tier.get(&key, 1000).await.is_none(), "over max_bytes");
+    let text = metrics.encode();
+    assert!(
+        text.contains("wharf_shared_cache_requests_total{service=\"t\",result=\"hit\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_shared_cache_writes_total{service=\"t\",outcome=\"ok\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_lease_makes_one_fetcher_and_waiters_see_its_entry_or_its_release() {
+    if !redis_is_up().await {
+        return;
+    }
+    let metrics = Metrics::new();
+    let a = tier(&metrics, REDIS);
+    let b = tier(&metrics, REDIS);
+    let key = unique("lease");
+    let ttl = Duration::from_secs(5);
+    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, ttl, 1 << 20).await else {
+        panic!("first instance takes the lease");
+    };
+    assert!(matches!(
+        b.lookup_or_lease(&key, ttl, 1 << 20).await,
+        LeaseOutcome::Held
+    ));
+    // Given back without an entry: the waiter is told at its next poll.
+    a.release(lease).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(2);
+    assert!(matches!(
+        b.wait(&key, 1 << 20, until).await,
+        WaitOutcome::LeaseFree
+    ));
+    // Taken again; the entry arrives while the other waits.
+    let LeaseOutcome::Acquired(lease) = b.lookup_or_lease(&key, ttl, 1 << 20).await else {
+        panic!("free lease is taken");
+    };
+    let writer = {
+        let b = b.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            b.put(&key, &entry(vec![Bytes::from_static(b"shared")], ttl))
+                .await;
+            b.release(lease).await;
+        })
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(2);
+    match a.wait(&key, 1 << 20, until).await {
+        WaitOutcome::Found(found) => assert_eq!(body_of(&found), b"shared"),
+        other => panic!("expected the entry, got {other:?}"),
+    }
+    writer.await.unwrap();
+    assert!(matches!(
+        a.lookup_or_lease(&key, ttl, 1 << 20).await,
+        LeaseOutcome::Found(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_dead_redis_costs_at_most_one_timeout_then_is_skipped() {
+    // Nothing listens on port 1: refused at once, or at worst the op timeout.
+    let metrics = Metrics::new();
+    let tier = tier(&metrics, "redis://127.0.0.1:1");
+    let started = Instant::now();
+    assert!(tier.get("k", 1 << 20).await.is_none());
+    assert!(started.elapsed() < DEFAULT_OP_TIMEOUT + Duration::from_millis(50));
+    let started = Instant::now();
+    assert!(matches!(
+        tier.lookup_or_lease("k", Duration::from_secs(1), 1 << 20)
+            .await,
+        LeaseOutcome::Skip
+    ));
+    tier.put(
+        "k",
+        &entry(vec![Bytes::from_static(b"x")], Duration::from_secs(5)),
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_millis(5),
+        "resting tier is skipped at once"
+    );
+    let text = metrics.encode();
+    assert!(
+        text.contains("wharf_shared_cache_requests_total{service=\"t\",result=\"error\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_shared_cache_requests_total{service=\"t\",result=\"skipped\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_shared_cache_writes_total{service=\"t\",outcome=\"skipped\"} 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_bad_url_is_refused_at_build() {
+    let metrics = Metrics::new();
+    let error = SharedTier::new(
+        SharedTierConfig::new("http://nope"),
+        metrics.shared_cache("t"),
+    )
+    .expect_err("not a redis url");
+    assert!(error.to_string().contains("http://nope"), "{error}");
+}

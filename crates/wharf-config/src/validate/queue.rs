@@ -1,0 +1,330 @@
+//! The keys of a `type = "queue"` service and its `deliver` sub-table.
+
+use std::ops::Range;
+
+use http::HeaderName;
+use url::Url;
+
+use super::route::HOP_BY_HOP;
+use super::{check_path, Checker};
+use crate::defaults;
+use crate::model::{DeliverConfig, QueueConfig};
+use crate::raw::{RawDeliver, RawService};
+
+/// Validates the queue keys of `raw`; `table` is `services.NAME`. Bad values are reported
+/// and replaced by defaults (empty strings for required keys).
+pub(super) fn queue(
+    c: &mut Checker<'_>,
+    table: &str,
+    raw: &RawService,
+    name_span: &Option<Range<usize>>,
+) -> QueueConfig {
+    let key = |k: &str| format!("{table}.{k}");
+
+    let path = match &raw.path {
+        Some(path) => check_path(c, &key("path"), path).unwrap_or_default(),
+        None => {
+            c.report(
+                name_span.clone(),
+                table,
+                r#"missing required key `path` (e.g. path = "/jobs")"#,
+            );
+            String::new()
+        }
+    };
+
+    let nats_url = match &raw.nats_url {
+        None => defaults::NATS_URL.to_owned(),
+        Some(written) => nats_url(written.get_ref()).unwrap_or_else(|why| {
+            c.report(Some(written.span()), &key("nats_url"), why);
+            defaults::NATS_URL.to_owned()
+        }),
+    };
+
+    let stream = match &raw.stream {
+        None => {
+            c.report(
+                name_span.clone(),
+                table,
+                r#"missing required key `stream` (e.g. stream = "WHARF_JOBS")"#,
+            );
+            String::new()
+        }
+        Some(written) => stream_name(written.get_ref()).unwrap_or_else(|why| {
+            c.report(Some(written.span()), &key("stream"), why);
+            String::new()
+        }),
+    };
+
+    let subject = match &raw.subject {
+        None => {
+            c.report(
+                name_span.clone(),
+                table,
+                r#"missing required key `subject` (e.g. subject = "wharf.jobs")"#,
+            );
+            String::new()
+        }
+        Some(written) => subject_name(written.get_ref()).unwrap_or_else(|why| {
+            c.report(Some(written.span()), &key("subject"), why);
+            String::new()
+        }),
+    };
+
+    let mut forward_headers = vec![HeaderName::from_static("content-type")];
+    match &raw.forward_headers {
+        None => {
+            for name in defaults::FORWARD_HEADERS {
+                let name = HeaderName::from_static(name);
+                if !forward_headers.contains(&name) {
+                    forward_headers.push(name);
+                }
+            }
+        }
+        Some(list) => {
+            for entry in list.get_ref() {
+                let why = match HeaderName::from_bytes(entry.get_ref().as_bytes()) {
+                    Err(_) => Some(format!(
+                        "{:?} is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
+                        entry.get_ref()
+                    )),
+                    Ok(name) if HOP_BY_HOP.contains(&name.as_str()) => Some(format!(
+                        "{name:?} is a hop-by-hop or framing header, which wharf manages itself"
+                    )),
+                    Ok(name) => {
+                        if !forward_headers.contains(&name) {
+                            forward_headers.push(name);
+                        }
+                        None
+                    }
+                };
+                if let Some(why) = why {
+                    c.report(Some(entry.span()), &key("forward_headers"), why);
+                }
+            }
+        }
+    }
+
+    let publish_timeout = c.duration(
+        &key("publish_timeout"),
+        &raw.publish_timeout,
+        defaults::PUBLISH_TIMEOUT,
+        "1ms",
+    );
+
+    let deliver = deliver(
+        c,
+        &key("deliver"),
+        raw.deliver.as_ref(),
+        &subject,
+        name_span,
+    );
+
+    QueueConfig {
+        path,
+        nats_url,
+        stream,
+        subject,
+        forward_headers,
+        publish_timeout,
+        deliver,
+    }
+}
+
+/// The `deliver` sub-table; `table` is `services.NAME.deliver`.
+fn deliver(
+    c: &mut Checker<'_>,
+    table: &str,
+    raw: Option<&RawDeliver>,
+    subject: &str,
+    name_span: &Option<Range<usize>>,
+) -> DeliverConfig {
+    let key = |k: &str| format!("{table}.{k}");
+    let empty = RawDeliver::default();
+    let raw = raw.unwrap_or(&empty);
+    let fallback = || Url::parse("http://127.0.0.1/").expect("a literal URL parses");
+
+    let backend = match &raw.backend {
+        None => {
+            c.report(
+                raw.first_span().or_else(|| name_span.clone()),
+                table,
+                r#"missing required key `backend` (e.g. deliver = { backend = "http://127.0.0.1:7001/handle" })"#,
+            );
+            fallback()
+        }
+        Some(written) => backend_url(written.get_ref()).unwrap_or_else(|why| {
+            c.report(Some(written.span()), &key("backend"), why);
+            fallback()
+        }),
+    };
+    let max_deliver = c.count(
+        &key("max_deliver"),
+        &raw.max_deliver,
+        defaults::MAX_DELIVER,
+        1..=defaults::MAX_DELIVER_LIMIT,
+    );
+    let backoff = c.duration(&key("backoff"), &raw.backoff, defaults::BACKOFF, "1ms");
+    let dead_letter_subject = match &raw.dead_letter_subject {
+        None => format!("{subject}.dead"),
+        Some(written) => match subject_name(written.get_ref()) {
+            Ok(dead) if dead == subject => {
+                c.report(
+                    Some(written.span()),
+                    &key("dead_letter_subject"),
+                    format!("{dead:?} is the queue's own subject, use another (e.g. \"{subject}.dead\")"),
+                );
+                format!("{subject}.dead")
+            }
+            Ok(dead) => dead,
+            Err(why) => {
+                c.report(Some(written.span()), &key("dead_letter_subject"), why);
+                format!("{subject}.dead")
+            }
+        },
+    };
+    let concurrency = c.count(
+        &key("concurrency"),
+        &raw.concurrency,
+        defaults::CONCURRENCY,
+        1..=defaults::MAX_CONCURRENCY,
+    );
+    let ack_wait = c.duration(&key("ack_wait"), &raw.ack_wait, defaults::ACK_WAIT, "1s");
+    DeliverConfig {
+        backend,
+        // Both bounded by their ranges above.
+        max_deliver: u32::try_from(max_deliver).unwrap_or(u32::MAX),
+        backoff,
+        dead_letter_subject,
+        concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
+        ack_wait,
+    }
+}
+
+/// `nats://host[:port]`, returned normalised.
+pub(crate) fn nats_url(written: &str) -> Result<String, String> {
+    let example = r#"e.g. "nats://127.0.0.1:4222""#;
+    let url = Url::parse(written)
+        .map_err(|err| format!("{written:?} is not a URL: {err} ({example})"))?;
+    if url.scheme() != "nats" {
+        return Err(format!(
+            "{written:?}: unsupported scheme {:?}, use nats:// ({example})",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{written:?} has no host ({example})"));
+    }
+    if url.path() != "/" && !url.path().is_empty()
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err(format!(
+            "{written:?} must not have a path, query or fragment ({example})"
+        ));
+    }
+    let mut normalised = url.to_string();
+    if normalised.ends_with('/') {
+        normalised.pop();
+    }
+    Ok(normalised)
+}
+
+/// A JetStream stream name: letters, digits, `-` and `_`, at most 255 characters.
+pub(crate) fn stream_name(written: &str) -> Result<String, String> {
+    let valid = !written.is_empty()
+        && written.len() <= 255
+        && written
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_');
+    if valid {
+        Ok(written.to_owned())
+    } else {
+        Err(format!(
+            "{written:?} is not a valid stream name, use letters, digits, `-` and `_` (e.g. \"WHARF_JOBS\")"
+        ))
+    }
+}
+
+/// A literal NATS subject: dot-separated non-empty tokens of printable characters without
+/// wildcards (`*`, `>`) or spaces.
+pub(crate) fn subject_name(written: &str) -> Result<String, String> {
+    let valid = !written.is_empty()
+        && written.len() <= 255
+        && written.split('.').all(|token| {
+            !token.is_empty()
+                && token
+                    .chars()
+                    .all(|ch| ch.is_ascii_graphic() && ch != '*' && ch != '>')
+        });
+    if valid {
+        Ok(written.to_owned())
+    } else {
+        Err(format!(
+            "{written:?} is not a valid subject, use dot-separated tokens without spaces or wildcards (e.g. \"wharf.jobs\")"
+        ))
+    }
+}
+
+/// `http(s)://host[:port][/path][?query]`, no credentials or fragment.
+pub(crate) fn backend_url(written: &str) -> Result<Url, String> {
+    let example = r#"e.g. "http://127.0.0.1:7001/handle""#;
+    let url = Url::parse(written)
+        .map_err(|err| format!("{written:?} is not a URL: {err} ({example})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "{written:?}: unsupported scheme {:?}, use http or https ({example})",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{written:?} has no host ({example})"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!("{written:?} must not contain credentials"));
+    }
+    if url.fragment().is_some() {
+        return Err(format!("{written:?} must not have a fragment"));
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_urls() {
+        assert_eq!(
+            nats_url("nats://nats.example:4222/").as_deref(),
+            Ok("nats://nats.example:4222")
+        );
+        for bad in [
+            "",
+            "127.0.0.1:4222",
+            "tls://x:4222",
+            "nats://",
+            "nats://x/jobs",
+        ] {
+            assert!(nats_url(bad).is_err(), "{bad:?}");
+        }
+        assert!(stream_name("WHARF_JOBS-1").is_ok());
+        for bad in ["", "a.b", "a b", "a*", "a>", "a/b"] {
+            assert!(stream_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(subject_name("wharf.jobs.dead").is_ok());
+        for bad in ["", "a..b", ".a", "a.", "a.*", "a.>", "a b"] {
+            assert!(subject_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(backend_url("https://h:1/x?y=1").is_ok());
+        for bad in [
+            "h:1/x",
+            "ftp://h",
+            "http://u:p@h/",
+            "http://h/#f",
+            "unix:/a",
+        ] {
+            assert!(backend_url(bad).is_err(), "{bad:?}");
+        }
+    }
+}

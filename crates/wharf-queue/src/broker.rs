@@ -1,0 +1,129 @@
+//! The broker side: connecting to NATS, and creating the stream and the durable pull
+//! consumer a queue needs, checked against nats-server 2.9 (no 2.10+ API is used).
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
+use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
+use async_nats::jetstream::{self, Context};
+use async_nats::Client;
+use tokio::sync::watch;
+use tracing::{info, warn};
+use wharf_config::QueueConfig;
+
+/// Longest pause between two attempts to set the stream and consumer up.
+const MAX_SETUP_PAUSE: Duration = Duration::from_secs(5);
+
+/// A connected client and what was set up with it.
+#[derive(Clone)]
+pub(crate) struct Ready {
+    pub(crate) client: Client,
+    pub(crate) jetstream: Context,
+}
+
+/// The durable consumer's name for service `service`.
+pub(crate) fn consumer_name(service: &str) -> String {
+    format!("wharf_{service}")
+}
+
+/// Connects (in the background: an unreachable broker is not an error, the client keeps
+/// trying) and builds the JetStream context.
+pub(crate) async fn connect(
+    service: &str,
+    config: &QueueConfig,
+) -> Result<Ready, async_nats::ConnectError> {
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("wharf {service}"))
+        .retry_on_initial_connect()
+        .connection_timeout(Duration::from_secs(2))
+        .request_timeout(Some(config.publish_timeout))
+        .connect(config.nats_url.as_str())
+        .await?;
+    let jetstream = jetstream::ContextBuilder::new()
+        .timeout(config.publish_timeout)
+        // Wait for an in-flight slot rather than fail: the publish as a whole is bounded
+        // by `publish_timeout`.
+        .backpressure_on_inflight(true)
+        .build(client.clone());
+    Ok(Ready { client, jetstream })
+}
+
+/// Creates (or finds) the stream and the durable consumer, retrying until it works or
+/// `stop` fires.
+pub(crate) async fn set_up(
+    ready: &Ready,
+    service: &str,
+    config: &QueueConfig,
+    stop: &mut watch::Receiver<()>,
+) -> Option<PullConsumer> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match try_set_up(&ready.jetstream, service, config).await {
+            Ok(consumer) => {
+                info!(
+                    service,
+                    stream = config.stream,
+                    subject = config.subject,
+                    "queue stream and consumer ready"
+                );
+                return Some(consumer);
+            }
+            Err(error) => {
+                warn!(service, stream = config.stream, error = %error, "queue set-up failed; retrying");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = crate::deliver::stopped(stop) => return None,
+        }
+        pause = (pause * 2).min(MAX_SETUP_PAUSE);
+    }
+}
+
+async fn try_set_up(
+    jetstream: &Context,
+    service: &str,
+    config: &QueueConfig,
+) -> Result<PullConsumer, async_nats::Error> {
+    // File storage: what the broker acknowledged survives a broker restart. Work-queue
+    // retention: a message is removed once acknowledged (or terminated after being
+    // dead-lettered). The dead-letter subject is captured too, so dead letters are kept
+    // (no consumer reads them; operators can add one).
+    let stream = jetstream
+        .get_or_create_stream(stream::Config {
+            name: config.stream.clone(),
+            subjects: vec![
+                config.subject.clone(),
+                config.deliver.dead_letter_subject.clone(),
+            ],
+            storage: StorageType::File,
+            retention: RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await?;
+    let name = consumer_name(service);
+    let consumer_config = pull::Config {
+        durable_name: Some(name.clone()),
+        description: Some(format!("wharf queue service {service}")),
+        filter_subject: config.subject.clone(),
+        deliver_policy: DeliverPolicy::All,
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: config.deliver.ack_wait,
+        // wharf counts attempts itself (a backend that is down does not use them up) and
+        // dead-letters; the broker must never silently stop redelivering.
+        max_deliver: -1,
+        max_ack_pending: i64::try_from(config.deliver.concurrency.saturating_mul(4))
+            .unwrap_or(i64::MAX)
+            .max(64),
+        ..Default::default()
+    };
+    // Create, or update an existing durable consumer's editable settings (ack_wait, ...).
+    match stream.create_consumer(consumer_config.clone()).await {
+        Ok(consumer) => Ok(consumer),
+        Err(error) => {
+            // An existing consumer whose settings cannot be changed in place: use it.
+            warn!(service, consumer = name, error = %error, "consumer not updated; using it as it is");
+            Ok(stream.get_consumer(&name).await?)
+        }
+    }
+}

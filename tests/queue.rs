@@ -1,0 +1,383 @@
+//! Issue 6: one-way ("datagram") calls queued durably in NATS JetStream and delivered to a
+//! backend with retries. Against the NATS server at 127.0.0.1:4222 (JetStream on); each test
+//! uses its own stream and subjects (named with the process id) and deletes its stream at
+//! the end. Without NATS each test prints a loud SKIP and returns; CI has it (.ci/run starts
+//! it).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+use crate::support::*;
+
+const NATS: &str = "nats://127.0.0.1:4222";
+
+/// Whether NATS answers at 127.0.0.1:4222; prints a SKIP line when not.
+async fn nats_up(test: &str) -> bool {
+    let up = tokio::time::timeout(
+        Duration::from_millis(500),
+        tokio::net::TcpStream::connect("127.0.0.1:4222"),
+    )
+    .await
+    .is_ok_and(|connected| connected.is_ok());
+    if !up {
+        eprintln!("\n*** SKIP {test}: no NATS at 127.0.0.1:4222 (start it as .ci/run does) ***\n");
+    }
+    up
+}
+
+/// A stream name and subject unique to this test in this run.
+fn names(test: &str) -> (String, String) {
+    static SEQUENCE: AtomicUsize = AtomicUsize::new(0);
+    let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    (
+        format!("WHARF_TEST_{}_{pid}_{n}", test.to_uppercase()),
+        format!("wharf.test.{test}.{pid}.{n}"),
+    )
+}
+
+/// Deletes the test's stream when dropped (also when the test fails).
+struct StreamGuard {
+    stream: String,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let stream = self.stream.clone();
+        // The test's runtime may be gone: use a small one of our own.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                if let Ok(client) = async_nats::connect(NATS).await {
+                    let jetstream = async_nats::jetstream::new(client);
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        jetstream.delete_stream(&stream),
+                    )
+                    .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn queue_toml(stream: &str, subject: &str, backend: SocketAddr, deliver: &str) -> String {
+    format!(
+        "[services.jobs]\ntype = \"queue\"\npath = \"/jobs\"\nnats_url = \"{NATS}\"\n\
+         stream = \"{stream}\"\nsubject = \"{subject}\"\n\n[services.jobs.deliver]\n\
+         backend = \"http://{backend}/handle\"\n{deliver}\n"
+    )
+}
+
+/// `method url` with `body`; returns status and body.
+async fn send(method: Method, url: &str, body: &'static str) -> (StatusCode, Bytes) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let request = Request::builder()
+        .method(method)
+        .uri(url)
+        .header("content-type", "text/plain")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status();
+    (
+        status,
+        response.into_body().collect().await.unwrap().to_bytes(),
+    )
+}
+
+/// POSTs `body` and returns the message id of the 202.
+async fn publish(url: &str, body: &'static str) -> String {
+    let (status, reply) = send(Method::POST, url, body).await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+    reply["id"].as_str().unwrap().to_owned()
+}
+
+/// What the test backend saw: per message id, the bodies delivered (one per delivery).
+type Seen = Arc<Mutex<HashMap<String, Vec<Bytes>>>>;
+
+/// A backend on `listener` recording deliveries; answers 500 to bodies equal to `poison`.
+fn spawn_backend(listener: TcpListener, seen: Seen, poison: &'static str) {
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let id = request
+                            .headers()
+                            .get("x-wharf-message-id")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned();
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        let status = if body == poison.as_bytes() {
+                            StatusCode::INTERNAL_SERVER_ERROR
+                        } else {
+                            StatusCode::OK
+                        };
+                        seen.lock().unwrap().entry(id).or_default().push(body);
+                        let mut response = Response::new(Full::new(Bytes::new()));
+                        *response.status_mut() = status;
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+}
+
+/// The value of the series `series` on the admin /metrics page (0 if absent).
+async fn metric(wharf: &RunningHost, series: &str) -> f64 {
+    let page = get(&wharf.admin_url("/metrics")).await;
+    String::from_utf8_lossy(page.bytes())
+        .lines()
+        .find(|line| line.starts_with(series))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn calls_accepted_while_the_backend_is_down_are_all_delivered_across_a_restart() {
+    if !nats_up("queue").await {
+        return;
+    }
+    let (stream, subject) = names("restart");
+    let _cleanup = StreamGuard {
+        stream: stream.clone(),
+    };
+    // The backend's port, with nothing listening on it yet: connections are refused.
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    drop(backend);
+    let toml = queue_toml(
+        &stream,
+        &subject,
+        backend_addr,
+        "backoff = \"100ms\"\nack_wait = \"2s\"\nconcurrency = 16",
+    );
+
+    let first = start_wharf(&toml).await;
+    let url = first.url("/jobs");
+    // 1000 bodies, each published once, 50 at a time.
+    let bodies: Vec<&'static str> = (0..1000)
+        .map(|i| &*Box::leak(format!("message {i}").into_boxed_str()))
+        .collect();
+    let mut published: HashMap<String, &'static str> = HashMap::new();
+    for group in bodies.chunks(50) {
+        let calls: Vec<_> = group
+            .iter()
+            .map(|body| {
+                let url = url.clone();
+                let body = *body;
+                tokio::spawn(async move { (publish(&url, body).await, body) })
+            })
+            .collect();
+        for call in calls {
+            let (id, body) = call.await.unwrap();
+            assert!(published.insert(id, body).is_none(), "ids are unique");
+        }
+    }
+    assert_eq!(published.len(), 1000);
+    let accepted = "wharf_queue_published_total{service=\"jobs\",outcome=\"ok\"}";
+    assert_eq!(metric(&first, accepted).await, 1000.0);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            metric(
+                &first,
+                "wharf_queue_retried_total{service=\"jobs\",reason=\"unreachable\"}",
+            )
+            .await
+                >= 1.0
+        })
+        .await,
+        "the deliverer tried the backend while it was down"
+    );
+
+    // Restart wharf: the old host and its deliverer stop, a new one takes over.
+    first.stop().await;
+    let second = start_wharf(&toml).await;
+    // The backend comes back.
+    let seen: Seen = Arc::default();
+    let listener = TcpListener::bind(backend_addr).await.unwrap();
+    spawn_backend(listener, seen.clone(), "never");
+
+    let all_seen = poll_until(Duration::from_secs(30), || async {
+        let seen = seen.lock().unwrap();
+        published.keys().all(|id| seen.contains_key(id))
+    })
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        all_seen,
+        "{} of 1000 delivered",
+        published.keys().filter(|id| seen.contains_key(*id)).count()
+    );
+    // Every delivery of an id carried that id's body: duplicates (at least once) are the
+    // same message, and are counted.
+    let mut duplicates = 0;
+    for (id, body) in &published {
+        let deliveries = &seen[id];
+        assert!(deliveries.iter().all(|b| b == body.as_bytes()), "{id}");
+        duplicates += deliveries.len() - 1;
+    }
+    eprintln!("queue restart: 1000 delivered, {duplicates} duplicate deliveries");
+    assert_eq!(seen.len(), 1000, "nothing but the published ids");
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            metric(&second, "wharf_queue_delivered_total{service=\"jobs\"}").await >= 1000.0
+        })
+        .await
+    );
+    assert!(
+        poll_until(Duration::from_secs(10), || async {
+            metric(&second, "wharf_queue_pending{service=\"jobs\"}").await == 0.0
+        })
+        .await,
+        "nothing left pending"
+    );
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn a_poison_message_is_dead_lettered_after_max_deliver_attempts() {
+    if !nats_up("queue").await {
+        return;
+    }
+    let (stream, subject) = names("poison");
+    let _cleanup = StreamGuard {
+        stream: stream.clone(),
+    };
+    let dead_subject = format!("{subject}.dead");
+    let client = async_nats::connect(NATS).await.unwrap();
+    let mut dead_letters = client.subscribe(dead_subject.clone()).await.unwrap();
+    client.flush().await.unwrap();
+
+    let seen: Seen = Arc::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    spawn_backend(listener, seen.clone(), "poison");
+    let wharf = start_wharf(&queue_toml(
+        &stream,
+        &subject,
+        backend_addr,
+        "max_deliver = 3\nbackoff = \"50ms\"\nack_wait = \"2s\"",
+    ))
+    .await;
+    let url = wharf.url("/jobs");
+    let poison = publish(&url, "poison").await;
+    let fine = publish(&url, "fine").await;
+
+    let dead = tokio::time::timeout(Duration::from_secs(10), dead_letters.next())
+        .await
+        .expect("a dead letter within 10 s")
+        .expect("subscription open");
+    assert_eq!(dead.payload.as_ref(), b"poison");
+    let headers = dead.headers.expect("dead letter has headers");
+    let header = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(
+        header("x-wharf-message-id").as_deref(),
+        Some(poison.as_str())
+    );
+    assert_eq!(header("x-wharf-deliveries").as_deref(), Some("3"));
+    assert_eq!(header("content-type").as_deref(), Some("text/plain"));
+    let reason = header("x-wharf-dead-reason").unwrap_or_default();
+    assert!(reason.contains("500"), "{reason}");
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[&poison].len(), 3, "three attempts, then dead-lettered");
+    assert_eq!(seen[&fine].len(), 1);
+    assert_eq!(
+        metric(&wharf, "wharf_queue_dead_lettered_total{service=\"jobs\"}").await,
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &wharf,
+            "wharf_queue_retried_total{service=\"jobs\",reason=\"rejected\"}"
+        )
+        .await,
+        2.0
+    );
+    wharf.stop().await;
+}
+
+#[tokio::test]
+async fn only_post_is_accepted_and_a_client_id_is_kept() {
+    if !nats_up("queue").await {
+        return;
+    }
+    let (stream, subject) = names("methods");
+    let _cleanup = StreamGuard {
+        stream: stream.clone(),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    spawn_backend(listener, seen.clone(), "never");
+    let wharf = start_wharf(&queue_toml(&stream, &subject, backend_addr, "")).await;
+    let url = wharf.url("/jobs");
+    let (status, body) = send(Method::GET, &url, "").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(String::from_utf8_lossy(&body).contains("method_not_allowed"));
+
+    // A client-chosen id, published twice: stored once, delivered once.
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    for _ in 0..2 {
+        let request = Request::post(&url)
+            .header("x-wharf-message-id", "order-17")
+            .body(Full::new(Bytes::from_static(b"once")))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+    }
+    assert!(
+        poll_until(Duration::from_secs(10), || async {
+            seen.lock().unwrap().contains_key("order-17")
+        })
+        .await
+    );
+    let duplicate = "wharf_queue_published_total{service=\"jobs\",outcome=\"duplicate\"}";
+    assert_eq!(metric(&wharf, duplicate).await, 1.0);
+    // A later message delivered: a stored duplicate would have been delivered by now.
+    let after = publish(&url, "after").await;
+    assert!(
+        poll_until(Duration::from_secs(10), || async {
+            seen.lock().unwrap().contains_key(&after)
+        })
+        .await
+    );
+    assert_eq!(seen.lock().unwrap()["order-17"].len(), 1);
+    wharf.stop().await;
+}
