@@ -315,13 +315,26 @@ async fn a_poison_message_is_dead_lettered_after_max_deliver_attempts() {
     let reason = header("x-wharf-dead-reason").unwrap_or_default();
     assert!(reason.contains("500"), "{reason}");
 
+    let fine_delivered = poll_until(Duration::from_secs(5), || async {
+        seen.lock()
+            .unwrap()
+            .get(&fine)
+            .is_some_and(|attempts| !attempts.is_empty())
+    })
+    .await;
+    assert!(
+        fine_delivered,
+        "the good message behind the poison one was not delivered"
+    );
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen[&poison].len(), 3, "three attempts, then dead-lettered");
     assert_eq!(seen[&fine].len(), 1);
-    assert_eq!(
-        metric(&wharf, "wharf_queue_dead_lettered_total{service=\"jobs\"}").await,
-        1.0
-    );
+    // The dead letter can reach the subscriber before the deliverer counts it.
+    let counted = poll_until(Duration::from_secs(5), || async {
+        metric(&wharf, "wharf_queue_dead_lettered_total{service=\"jobs\"}").await == 1.0
+    })
+    .await;
+    assert!(counted, "wharf_queue_dead_lettered_total never reached 1");
     assert_eq!(
         metric(
             &wharf,
