@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
@@ -117,14 +117,16 @@ impl HostBuilder {
 
     /// Binds the service and admin listeners (port 0 picks a free port).
     pub async fn bind(self) -> Result<Host, HostError> {
-        let bind = |role, addr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| HostError::Bind { role, addr, source })
-        };
         let started = Instant::now();
-        let listener = bind("service", self.server.listen).await?;
-        let admin = bind("admin", self.server.admin_listen).await?;
+        // A burst of new connections must fit the accept queue: with
+        // tokio's default backlog (1024) a burst of 2000 connects loses
+        // SYNs and the clients retry after a second (seed 002's ramp-up, in
+        // the kernel). The kernel caps it at net.core.somaxconn.
+        let backlog = u32::try_from(self.server.max_connections)
+            .unwrap_or(u32::MAX)
+            .clamp(1024, 65535);
+        let listener = bind_tcp("service", self.server.listen, backlog)?;
+        let admin = bind_tcp("admin", self.server.admin_listen, 128)?;
         let tls = self.tls.as_ref().map(tls::acceptor).transpose()?;
         let unix = self.unix.map(bind_unix).transpose()?;
         self.metrics
@@ -417,6 +419,21 @@ async fn accept_unix(unix: Option<&(UnixListener, PathBuf)>) -> std::io::Result<
         Some((listener, _)) => listener.accept().await.map(|(stream, _)| stream),
         None => std::future::pending().await,
     }
+}
+
+/// Binds a TCP listener with `backlog` pending connections (SO_REUSEADDR,
+/// so a restart does not wait for TIME_WAIT sockets).
+fn bind_tcp(role: &'static str, addr: SocketAddr, backlog: u32) -> Result<TcpListener, HostError> {
+    let error = |source| HostError::Bind { role, addr, source };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(error)?;
+    socket.set_reuseaddr(true).map_err(error)?;
+    socket.bind(addr).map_err(error)?;
+    socket.listen(backlog).map_err(error)
 }
 
 /// Binds a Unix socket, replacing a stale socket file (never another kind
