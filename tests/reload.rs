@@ -52,7 +52,12 @@ async fn start(testbed: &TestbedHandle, name: &str) -> Reloadable {
 }
 
 async fn version_seen(wharf: &RunningHost) -> String {
-    let echo = get(&wharf.url("/echo")).await.json();
+    version_at(&wharf.url("/echo")).await
+}
+
+/// The `x-version` header the backend saw for a call to `url`.
+async fn version_at(url: &str) -> String {
+    let echo = get(url).await.json();
     echo["headers"]
         .as_array()
         .unwrap()
@@ -130,11 +135,23 @@ async fn invalid_reload_is_refused_and_the_old_config_stays() {
     );
 
     // The same through the admin endpoint.
-    let response = post_empty(&stack.wharf.admin_url("/reload")).await;
+    let response = send(
+        "POST",
+        &stack.wharf.admin_url("/reload"),
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await;
     assert_eq!(response.status, 400);
     assert_eq!(response.json()["error"], "invalid_config");
     std::fs::write(&stack.path, config_text(&testbed, "7")).unwrap();
-    let response = post_empty(&stack.wharf.admin_url("/reload")).await;
+    let response = send(
+        "POST",
+        &stack.wharf.admin_url("/reload"),
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await;
     assert_eq!(response.status, 200, "{:?}", response.body);
     assert_eq!(version_seen(&stack.wharf).await, "7");
 }
@@ -154,26 +171,6 @@ async fn an_unchanged_proxy_keeps_its_cache_across_reloads() {
     assert_eq!(testbed.hits("/bytes/100"), 1);
 }
 
-/// `POST url` with an empty body.
-async fn post_empty(url: &str) -> TestResponse {
-    use http_body_util::{BodyExt, Empty};
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
-    let request = http::Request::post(url).body(Empty::new()).unwrap();
-    let response = client.request(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    TestResponse {
-        status: parts.status,
-        headers: parts.headers,
-        body: body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| e.to_string()),
-    }
-}
-
 #[tokio::test]
 async fn sighup_reloads_the_running_binary_and_refuses_a_broken_file() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
@@ -184,16 +181,7 @@ async fn sighup_reloads_the_running_binary_and_refuses_a_broken_file() {
     let wharf = WharfProcess::start(&path);
     let version = |wharf: &WharfProcess| {
         let url = wharf.url("/echo");
-        async move {
-            let echo = get(&url).await.json();
-            echo["headers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|pair| pair[0] == "x-version")
-                .map(|pair| pair[1].as_str().unwrap().to_owned())
-                .unwrap_or_default()
-        }
+        async move { version_at(&url).await }
     };
     assert_eq!(version(&wharf).await, "1");
     std::fs::write(&path, config_text(&testbed, "2")).unwrap();

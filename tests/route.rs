@@ -22,28 +22,6 @@ fn base(testbed: &TestbedHandle) -> String {
     format!("http://{}", testbed.addr())
 }
 
-async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Bytes) -> TestResponse {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut request = http::Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(request.body(Full::new(body)).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = response.into_parts();
-    TestResponse {
-        status: parts.status,
-        headers: parts.headers,
-        body: body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| e.to_string()),
-    }
-}
-
 fn echoed_header<'a>(echo: &'a serde_json::Value, name: &str) -> Vec<&'a str> {
     echo["headers"]
         .as_array()

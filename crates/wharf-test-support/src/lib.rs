@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -122,14 +122,17 @@ impl TestResponse {
     }
 }
 
-/// `GET url` on a fresh connection, with extra request headers.
-pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> TestResponse {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut request = Request::get(url);
+/// Sends `method url` with `headers` and `body` on a fresh connection and
+/// reads the response to its end.
+pub async fn send(method: &str, url: &str, headers: &[(&str, &str)], body: Bytes) -> TestResponse {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = Request::builder().method(method).uri(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let request = request.body(Empty::new()).expect("test request is valid");
+    let request = request
+        .body(Full::new(body))
+        .expect("test request is valid");
     let response = client
         .request(request)
         .await
@@ -145,6 +148,11 @@ pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> TestResponse {
         headers: parts.headers,
         body,
     }
+}
+
+/// `GET url` on a fresh connection, with extra request headers.
+pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> TestResponse {
+    send("GET", url, headers, Bytes::new()).await
 }
 
 /// `GET url` on a fresh connection.
