@@ -480,3 +480,32 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
         "still accepting after exit"
     );
 }
+
+#[tokio::test]
+async fn admin_token_guards_everything_but_the_probes() {
+    let wharf = start_wharf(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token = \"s3cret-admin-token-0001\"\n",
+    )
+    .await;
+    assert_eq!(get(&wharf.admin_url("/healthz")).await.status, 200);
+    assert_eq!(get(&wharf.admin_url("/readyz")).await.status, 200);
+    for path in ["/metrics", "/debug/inflight", "/reload"] {
+        let refused = get(&wharf.admin_url(path)).await;
+        assert_eq!(refused.status, 401, "{path}");
+        assert_eq!(refused.json()["error"], "unauthorized");
+        assert_eq!(refused.header("www-authenticate"), "Bearer");
+        let wrong = get_with(
+            &wharf.admin_url(path),
+            &[("authorization", "Bearer s3cret-admin-token-0002")],
+        )
+        .await;
+        assert_eq!(wrong.status, 401, "{path}");
+    }
+    let allowed = get_with(
+        &wharf.admin_url("/metrics"),
+        &[("authorization", "Bearer s3cret-admin-token-0001")],
+    )
+    .await;
+    assert_eq!(allowed.status, 200);
+    assert!(String::from_utf8_lossy(allowed.bytes()).contains("wharf_sessions_active"));
+}

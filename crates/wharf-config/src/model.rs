@@ -47,6 +47,11 @@ pub struct ServerConfig {
     /// seeds' named pipe), plain HTTP. Default: none. A stale socket file at the path is
     /// replaced; any other kind of file there is an error at start.
     pub listen_unix: Option<PathBuf>,
+    /// `admin_token`: when set, every admin endpoint but `/healthz` and
+    /// `/readyz` requires `authorization: Bearer <token>` (401 otherwise).
+    /// Default: none (the admin listener is bound to loopback by default).
+    /// At least 16 characters, no whitespace.
+    pub admin_token: Option<String>,
 }
 
 /// The TLS files of the service listener.

@@ -55,6 +55,7 @@ pub(crate) struct RawServer {
     pub(crate) tls_cert: Option<Spanned<String>>,
     pub(crate) tls_key: Option<Spanned<String>>,
     pub(crate) listen_unix: Option<Spanned<String>>,
+    pub(crate) admin_token: Option<Spanned<String>>,
 }
 
 /// One `[services.NAME]` table: the keys of every service type, all optional.

@@ -826,3 +826,17 @@ fn shared_cache_must_be_a_redis_url() {
         None
     );
 }
+
+#[test]
+fn admin_token_must_be_long_enough() {
+    let error = Config::from_toml_str("[server]\nadmin_token = \"short\"\n", "w.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("w.toml:2: server.admin_token"), "{error}");
+    let config =
+        Config::from_toml_str("[server]\nadmin_token = \"0123456789abcdef\"\n", "w.toml").unwrap();
+    assert_eq!(
+        config.server.admin_token.as_deref(),
+        Some("0123456789abcdef")
+    );
+}

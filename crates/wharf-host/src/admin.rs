@@ -35,6 +35,8 @@ pub struct AdminState {
     inflight: Arc<Inflight>,
     /// Set once by the program that owns the config (`Host::on_reload`).
     reload: OnceLock<ReloadHook>,
+    /// `authorization` value required on every endpoint but the probes.
+    bearer: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -46,12 +48,24 @@ impl std::fmt::Debug for AdminState {
 }
 
 impl AdminState {
-    pub(crate) fn new(metrics: Arc<Metrics>, inflight: Arc<Inflight>) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>, inflight: Arc<Inflight>, token: Option<&str>) -> Self {
         Self {
             ready: AtomicBool::new(false),
             metrics,
             inflight,
             reload: OnceLock::new(),
+            bearer: token.and_then(|token| HeaderValue::from_str(&format!("Bearer {token}")).ok()),
+        }
+    }
+
+    /// Whether `request` may see anything beyond the probes.
+    fn authorized<B>(&self, request: &Request<B>) -> bool {
+        match &self.bearer {
+            None => true,
+            Some(expected) => request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .is_some_and(|given| constant_time_eq(given.as_bytes(), expected.as_bytes())),
         }
     }
 
@@ -109,8 +123,26 @@ pub fn respond<B>(state: &AdminState, request: &Request<B>) -> Response<Response
     }
 }
 
+/// Compares without stopping at the first difference, so response times
+/// do not reveal how much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Answers one admin request, including the async `POST /reload`.
 async fn answer<B>(state: &AdminState, request: Request<B>) -> Response<ResponseBody> {
+    let path = request.uri().path();
+    if path != "/healthz" && path != "/readyz" && !state.authorized(&request) {
+        let mut response = json_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this admin endpoint needs authorization: Bearer <admin_token>",
+        );
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    }
     if request.uri().path() != "/reload" {
         return respond(state, &request);
     }

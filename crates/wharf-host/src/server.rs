@@ -149,7 +149,11 @@ impl HostBuilder {
                 registry: Arc::new(RwLock::new(Arc::new(self.services.into_registry()))),
                 max_header_bytes: self.server.max_header_bytes,
             }),
-            admin_state: Arc::new(AdminState::new(self.metrics, self.inflight)),
+            admin_state: Arc::new(AdminState::new(
+                self.metrics,
+                self.inflight,
+                self.server.admin_token.as_deref(),
+            )),
             sessions,
             session_limits,
             server: self.server,

@@ -159,9 +159,23 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
             None
         }
     });
+    let admin_token = raw.admin_token.as_ref().and_then(|token| {
+        let value = token.get_ref();
+        if value.len() >= 16 && !value.chars().any(char::is_whitespace) {
+            Some(value.clone())
+        } else {
+            c.report(
+                Some(token.span()),
+                "server.admin_token",
+                "the token must be at least 16 characters with no whitespace".to_owned(),
+            );
+            None
+        }
+    });
     ServerConfig {
         tls,
         listen_unix,
+        admin_token,
         listen,
         admin_listen,
         // Bounded above (MAX_COUNT, 16MiB): they fit a usize, 32-bit included.
