@@ -500,6 +500,10 @@ where
                 debug!(peer = %peer_label, "request head not received within header_read_timeout; closing");
                 return;
             }
+            Verdict::WriteStalled => {
+                debug!(peer = %peer_label, "response not read by the client within idle_timeout; closing");
+                return;
+            }
             Verdict::Idle if closing => tokio::time::Instant::now() + limits.idle_timeout,
             Verdict::Idle => {
                 debug!(peer = %peer_label, "idle_timeout; closing");

@@ -7,8 +7,10 @@
 //! first byte of a later request) until the request is dispatched: a
 //! slowloris connection is dropped when it expires. The idle timer runs
 //! while no call is in flight and no request has started: the connection
-//! is then closed gracefully. Only reads that start a request and the end
-//! of a call read the clock; other reads and all writes do not.
+//! is then closed gracefully. A call whose response cannot be written (the
+//! client stopped reading) for `idle_timeout` has its connection cut. Only
+//! reads that start a request, writes that block, and the end of a call
+//! read the clock.
 
 use std::io;
 use std::pin::Pin;
@@ -31,6 +33,9 @@ pub(crate) struct SessionClock {
     last_activity_ms: AtomicU64,
     head_started_ms: AtomicU64,
     calls_in_flight: AtomicUsize,
+    /// Since when a write has been blocked (socket buffer full because the
+    /// client does not read); `NO_HEAD` when writes make progress.
+    write_blocked_ms: AtomicU64,
     /// Wakes the watchdog when its deadline may have moved (a call ended,
     /// a new request head started).
     changed: Notify,
@@ -44,6 +49,7 @@ impl SessionClock {
             // The first request's head is due from accept on.
             head_started_ms: AtomicU64::new(0),
             calls_in_flight: AtomicUsize::new(0),
+            write_blocked_ms: AtomicU64::new(NO_HEAD),
             changed: Notify::new(),
         })
     }
@@ -75,6 +81,30 @@ impl SessionClock {
         }
     }
 
+    /// A write could not proceed: start the stall timer (the clock is read
+    /// only on this transition, not per write).
+    fn write_blocked(&self) {
+        if self.write_blocked_ms.load(Ordering::Relaxed) != NO_HEAD {
+            return;
+        }
+        let blocked = self.write_blocked_ms.compare_exchange(
+            NO_HEAD,
+            self.now_ms(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+        if blocked.is_ok() {
+            self.changed.notify_one();
+        }
+    }
+
+    /// A write made progress.
+    fn wrote(&self) {
+        if self.write_blocked_ms.load(Ordering::Relaxed) != NO_HEAD {
+            self.write_blocked_ms.store(NO_HEAD, Ordering::Release);
+        }
+    }
+
     /// A call ended: the idle timer starts from now.
     fn call_ended(&self) {
         self.last_activity_ms
@@ -98,6 +128,19 @@ impl SessionClock {
     pub(crate) fn check(&self, header_read_timeout: Duration, idle_timeout: Duration) -> Verdict {
         let now = self.now_ms();
         if self.calls_in_flight.load(Ordering::Acquire) > 0 {
+            // A client that stops reading blocks our writes; hyper then
+            // stops polling the response body, so no body deadline fires
+            // and the call would hold its slot forever. No write progress
+            // for idle_timeout cuts the connection.
+            let blocked = self.write_blocked_ms.load(Ordering::Acquire);
+            if blocked != NO_HEAD {
+                let due = blocked + idle_timeout.as_millis() as u64;
+                return if now >= due {
+                    Verdict::WriteStalled
+                } else {
+                    Verdict::WaitUntil(self.instant_at(due))
+                };
+            }
             return Verdict::WaitUntil(self.instant_at(now) + idle_timeout);
         }
         let head_started = self.head_started_ms.load(Ordering::Acquire);
@@ -128,6 +171,9 @@ pub(crate) enum Verdict {
     HeadTimedOut,
     /// No call and no traffic for `idle_timeout`.
     Idle,
+    /// A response could not be written for `idle_timeout` (the client
+    /// stopped reading).
+    WriteStalled,
 }
 
 /// One call on a session; dropping it marks the call done.
@@ -179,7 +225,10 @@ impl<S: AsyncWrite> AsyncWrite for ClockedStream<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.project().inner.poll_write(cx, buf)
+        let this = self.project();
+        let polled = this.inner.poll_write(cx, buf);
+        note_write(this.clock, &polled);
+        polled
     }
 
     fn poll_write_vectored(
@@ -187,7 +236,10 @@ impl<S: AsyncWrite> AsyncWrite for ClockedStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.project().inner.poll_write_vectored(cx, bufs)
+        let this = self.project();
+        let polled = this.inner.poll_write_vectored(cx, bufs);
+        note_write(this.clock, &polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -200,6 +252,15 @@ impl<S: AsyncWrite> AsyncWrite for ClockedStream<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.project().inner.poll_shutdown(cx)
+    }
+}
+
+/// Tracks write progress for the stall timer.
+fn note_write(clock: &SessionClock, polled: &Poll<io::Result<usize>>) {
+    match polled {
+        Poll::Pending => clock.write_blocked(),
+        Poll::Ready(Ok(n)) if *n > 0 => clock.wrote(),
+        Poll::Ready(_) => {}
     }
 }
 
@@ -236,6 +297,21 @@ mod tests {
         );
         tokio::time::advance(Duration::from_millis(500)).await;
         assert_eq!(clock.check(HEAD, IDLE), Verdict::Idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_whose_writes_stall_is_cut_after_idle_timeout() {
+        let clock = SessionClock::new();
+        let _call = clock.call_started();
+        clock.write_blocked();
+        tokio::time::advance(Duration::from_millis(900)).await;
+        assert!(matches!(clock.check(HEAD, IDLE), Verdict::WaitUntil(_)));
+        clock.wrote(); // progress resets the timer
+        clock.write_blocked();
+        tokio::time::advance(Duration::from_millis(900)).await;
+        assert!(matches!(clock.check(HEAD, IDLE), Verdict::WaitUntil(_)));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert_eq!(clock.check(HEAD, IDLE), Verdict::WriteStalled);
     }
 
     #[tokio::test(start_paused = true)]
