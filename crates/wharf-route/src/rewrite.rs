@@ -74,12 +74,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, client: IpAddr) {
+    // Every earlier hop, from every x-forwarded-for line (RFC 9110 §5.3:
+    // several lines are one comma-separated list), then this client.
+    let mut chain: Vec<&str> = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .collect();
     let client = client.to_string();
-    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(previous) if !previous.is_empty() => format!("{previous}, {client}"),
-        _ => client,
-    };
-    if let Ok(value) = HeaderValue::from_str(&value) {
+    chain.push(&client);
+    if let Ok(value) = HeaderValue::from_str(&chain.join(", ")) {
         headers.insert(X_FORWARDED_FOR, value);
     }
 }
@@ -116,5 +122,18 @@ mod tests {
         assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(headers["via"], "1.1 wharf");
         assert_eq!(headers["x-keep"], "yes");
+    }
+
+    #[test]
+    fn every_forwarded_for_line_is_kept() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-forwarded-for", HeaderValue::from_static("1.1.1.1"));
+        headers.append(
+            "x-forwarded-for",
+            HeaderValue::from_static("2.2.2.2, 3.3.3.3"),
+        );
+        Rewrite::new(vec![], vec![]).request(&mut headers, Some("127.0.0.1".parse().unwrap()));
+        let all: Vec<_> = headers.get_all("x-forwarded-for").iter().collect();
+        assert_eq!(all, ["1.1.1.1, 2.2.2.2, 3.3.3.3, 127.0.0.1"]);
     }
 }
