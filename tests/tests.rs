@@ -4,7 +4,9 @@
 
 mod bindings;
 mod check;
+mod faults;
 mod host;
+mod hostile;
 mod proxy_cache;
 mod proxy_errors;
 mod proxy_ssrf;
