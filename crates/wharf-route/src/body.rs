@@ -104,18 +104,24 @@ impl Body for RelayBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.project();
-        let polled = this.body.poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => {
-                if let Some(mut lease) = this.lease.take() {
-                    lease.release();
-                }
-            }
+        let mut this = self.project();
+        let polled = this.body.as_mut().poll_frame(cx);
+        // hyper stops polling a body that says it has ended, so a body
+        // read to its end may never return `None`: release as soon as the
+        // last frame is out, or the connection is closed, not reused.
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => this.body.is_end_stream(),
             Poll::Ready(Some(Err(_))) => {
                 this.lease.take();
+                false
             }
-            _ => {}
+            Poll::Pending => false,
+        };
+        if ended {
+            if let Some(mut lease) = this.lease.take() {
+                lease.release();
+            }
         }
         polled
     }
