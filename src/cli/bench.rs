@@ -23,9 +23,10 @@ responsiveness --target NAME=SLOW_URL,FAST_URL. Several targets are measured int
 round 1 runs A then B, round 2 A then B, ... (--rounds); the report gives medians over
 rounds and each target's ratio to the first.
 
-URL templates: {n} in a URL's path or query is replaced by the call's number, e.g.
-  'http://127.0.0.1:8080/proxy?url=http%3A%2F%2F127.0.0.1%3A9000%2Fslow%3Fms%3D6000%26i%3D{n}'
-makes every proxied URL distinct (no cache hits, no coalescing).
+URL templates: the placeholder written '{' 'n' '}' (three characters, no quotes or spaces;
+clap's help cannot print it literally) in a URL's path or query is replaced by the call's
+number. Ending a proxied URL with %26i%3D and the placeholder makes every call's URL distinct
+(no cache hits, no coalescing); bench/compare.sh does this for its slow calls.
 
 Errors: refused connections, timeouts (--timeout, per call), non-2xx statuses and broken
 responses are counted as errors, never as fast responses; latencies are of successful calls.
