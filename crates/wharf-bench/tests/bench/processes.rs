@@ -11,13 +11,14 @@ use crate::support::{bench, class, closed_port, metric, run, testbed};
 const STARTUP: Duration = Duration::from_millis(150);
 
 /// A command that starts a small HTTP server on `port` after [`STARTUP`]:
-/// Python's http.server, exec'd so that SIGTERM reaches the server itself.
+/// Python's http.server (HTTP/1.1, so warm calls keep their connection), exec'd so that
+/// SIGTERM reaches the server itself.
 fn child_command(port: u16) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
         format!(
-            "sleep {}; exec python3 -m http.server {port} --bind 127.0.0.1",
+            "sleep {}; exec python3 -m http.server {port} --bind 127.0.0.1 --protocol HTTP/1.1",
             STARTUP.as_secs_f64()
         ),
     ]
