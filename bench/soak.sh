@@ -8,7 +8,7 @@
 #   bench/soak.sh --out soak.csv  # keep the samples somewhere else
 #
 # What it does:
-#   1. cargo build --release (the wharf binary);
+#   1. cargo build --release (the wharf binary), unless WHARF_BIN names one;
 #   2. starts `wharf testbed` and `wharf serve` on free loopback ports, the
 #      config (like examples/local.toml, smaller cache) in a temp directory;
 #   3. drives traffic with curl loops at a steady rate until the time is up:
@@ -62,9 +62,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "soak: building release binary"
-cargo build --release --quiet --bin wharf
-wharf=target/release/wharf
+# WHARF_BIN=path measures a given binary instead of building one.
+if [ -n "${WHARF_BIN:-}" ]; then
+    wharf="$WHARF_BIN"
+else
+    echo "soak: building release binary"
+    cargo build --release --quiet --bin wharf
+    wharf=target/release/wharf
+fi
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
