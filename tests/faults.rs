@@ -11,10 +11,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
@@ -908,31 +906,8 @@ async fn sigterm_under_load_drains_every_call_and_exits_zero() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["--log-format", "json", "serve", "--config"])
-        .arg(&config)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let log_reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
-                if event["fields"]["message"] == "wharf listening" {
-                    let addr = event["fields"]["addr"].as_str().unwrap_or("").to_owned();
-                    let _ = addr_tx.send(addr);
-                }
-            }
-            lines.push(line);
-        }
-        lines
-    });
-    let addr = addr_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("wharf logs its address");
+    let wharf = WharfProcess::start(&config);
+    let addr = wharf.addr.clone();
     let url = |path: &str, duration: Option<u64>| {
         let target = encode(&testbed.url(path));
         match duration {
@@ -990,11 +965,7 @@ async fn sigterm_under_load_drains_every_call_and_exits_zero() {
         .await,
         "calls did not reach the origin"
     );
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    wharf.signal("TERM");
     let signalled = Instant::now();
     for call in calls {
         let (response, len) = call.await.unwrap();
@@ -1017,11 +988,7 @@ async fn sigterm_under_load_drains_every_call_and_exits_zero() {
         statuses.iter().all(|s| *s == 200),
         "calls during the drain got {statuses:?}"
     );
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let logs = log_reader.join().unwrap().join("\n");
+    let (status, logs) = wharf.wait().await;
     assert!(status.success(), "exit {status:?}\n{logs}");
     assert!(
         signalled.elapsed() < Duration::from_secs(10),
