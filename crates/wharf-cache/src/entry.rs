@@ -15,12 +15,15 @@ pub struct ResponseHead {
     pub headers: HeaderMap,
 }
 
+/// Bodies up to this size are stored compacted in one buffer.
+pub const COMPACT_UP_TO: u64 = 256 * 1024;
+
 /// A complete response body that arrived intact, with its freshness.
 #[derive(Debug)]
 pub struct CachedResponse {
     /// Status and relayed headers.
     pub head: Arc<ResponseHead>,
-    /// The body, one chunk holding exactly its bytes (see [`CachedResponse::new`]).
+    /// The body: one exact-size chunk up to [`COMPACT_UP_TO`], else the origin's chunks.
     pub body: Arc<[Bytes]>,
     /// Sum of the chunks' lengths.
     pub body_len: u64,
@@ -33,20 +36,27 @@ pub struct CachedResponse {
 impl CachedResponse {
     /// Builds an entry stored `now` that stays fresh for `ttl`.
     ///
-    /// The body is copied into one buffer of exactly its length: chunks
+    /// A small body is copied into one buffer of exactly its length: chunks
     /// read from a socket are slices of larger read buffers, and keeping
     /// them would pin those whole buffers, so the cache would hold far
-    /// more memory than the bytes it counts (seen in the soak as RSS
-    /// growing while `wharf_cache_bytes` stayed flat).
+    /// more memory than the bytes it counts. A large body keeps its chunks
+    /// (they fill their buffers, and a copy would double the peak memory
+    /// of a fill that readers still hold).
     pub fn new(head: Arc<ResponseHead>, body: Vec<Bytes>, now: Instant, ttl: Duration) -> Self {
         let body_len: u64 = body.iter().map(|c| c.len() as u64).sum();
-        let mut compact = bytes::BytesMut::with_capacity(usize::try_from(body_len).unwrap_or(0));
-        for chunk in &body {
-            compact.extend_from_slice(chunk);
-        }
+        let body: Arc<[Bytes]> = if body_len <= COMPACT_UP_TO {
+            let mut compact =
+                bytes::BytesMut::with_capacity(usize::try_from(body_len).unwrap_or(0));
+            for chunk in &body {
+                compact.extend_from_slice(chunk);
+            }
+            vec![compact.freeze()].into()
+        } else {
+            body.into()
+        };
         Self {
             head,
-            body: vec![compact.freeze()].into(),
+            body,
             body_len,
             stored_at: now,
             expires_at: now + ttl,

@@ -23,7 +23,7 @@ mod memory;
 mod registry;
 pub mod shared;
 
-pub use entry::{CachedResponse, ResponseHead};
+pub use entry::{CachedResponse, ResponseHead, COMPACT_UP_TO};
 pub use fill::{
     Abandoned, Fill, FillFailure, FillReader, FillWriter, PushOutcome, UNSHARED_WINDOW,
 };
