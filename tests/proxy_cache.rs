@@ -187,40 +187,9 @@ async fn get_owned(url: String) -> TestResponse {
     get(&url).await
 }
 
-/// An origin that counts the TCP connections it accepts.
-async fn counting_origin() -> (
-    std::net::SocketAddr,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|_request| async {
-                    Ok::<_, std::convert::Infallible>(http::Response::new(
-                        http_body_util::Full::new(bytes::Bytes::from_static(b"pooled")),
-                    ))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, accepted)
-}
-
 #[tokio::test]
 async fn warm_calls_reuse_the_upstream_connection() {
-    let (origin, accepted) = counting_origin().await;
+    let (origin, accepted) = counting_server(b"pooled").await;
     let wharf = start_wharf(
         "[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
     )

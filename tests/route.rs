@@ -353,40 +353,9 @@ async fn unix_socket_backend() {
     assert_eq!(response.bytes().as_ref(), b"unix says hi to /pipe/x");
 }
 
-/// A backend that counts the TCP connections it accepts.
-async fn counting_backend() -> (
-    std::net::SocketAddr,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|_request| async {
-                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                        Bytes::from_static(b"pooled"),
-                    )))
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (addr, accepted)
-}
-
 #[tokio::test]
 async fn sequential_calls_reuse_one_backend_connection() {
-    let (backend, accepted) = counting_backend().await;
+    let (backend, accepted) = counting_server(b"pooled").await;
     let wharf = start_wharf(&route_table("r", "/x", &[format!("http://{backend}")], "")).await;
     for _ in 0..20 {
         let response = get(&wharf.url("/x")).await;

@@ -21,6 +21,22 @@ pub fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<Res
     response
 }
 
+/// `error: cause: cause`: an error and its sources on one line, each
+/// cause added only when the text so far does not already say it.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ use http::StatusCode;
 
 use crate::connector::{find_connect_error, ConnectError};
 use crate::destination::{Refusal, TargetError};
+pub(crate) use wharf_host::error::error_chain;
 
 /// Who caused a failure: decides the status class and whether a retry helps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,19 +157,4 @@ impl ProxyError {
             },
         }
     }
-}
-
-/// `error: cause: cause`, for messages where the chain is the useful part.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

@@ -9,6 +9,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use wharf_host::error::error_chain;
 
 /// Response body bytes read (then dropped) so the connection can be reused.
 const DRAIN_LIMIT: usize = 64 * 1024;
@@ -108,19 +109,4 @@ impl Backend {
             .await
             .unwrap_or(Attempt::Timeout(timeout))
     }
-}
-
-/// `error: cause: cause`.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

@@ -19,7 +19,7 @@ use tracing::debug;
 use wharf_config::RouteConfig;
 use wharf_host::body::BoxError;
 use wharf_host::call::ClientAddr;
-use wharf_host::error::json_error;
+use wharf_host::error::{error_chain, json_error};
 use wharf_host::metrics::{Metrics, Outcome};
 use wharf_host::{handler, CallContext, HostService, Phase, ResponseBody};
 
@@ -276,16 +276,9 @@ fn spend(resends_left: &mut u32, replayable: bool) -> bool {
     }
 }
 
-fn unavailable(backend: &Backend, error: &dyn std::error::Error) -> RouteError {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
+fn unavailable(backend: &Backend, error: &(dyn std::error::Error + 'static)) -> RouteError {
     RouteError::Unavailable {
         backend: backend.label().to_owned(),
-        message,
+        message: error_chain(error),
     }
 }
