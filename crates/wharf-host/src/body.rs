@@ -28,10 +28,24 @@ pin_project_lite::pin_project! {
     /// A response body that holds `guard` until the body ends, fails or is
     /// dropped (client gone): how a call's slot, counters and in-flight
     /// entry last exactly as long as its response.
+    ///
+    /// It also makes a failure visible as a truncation: hyper keeps polling
+    /// a body while its frames are ready and only then flushes, and a body
+    /// error drops whatever was not flushed yet, the response head included.
+    /// A body that fails right after a data frame (an upstream read in the
+    /// call's own task delivers the last bytes and the break together) would
+    /// reach the client as a connection closed with no answer. So an error
+    /// that follows data without a pause is held back for one poll: the body
+    /// reports "not ready" (and wakes itself), hyper flushes what it has, and
+    /// the error comes next.
     pub struct GuardedBody<G> {
         #[pin]
         inner: ResponseBody,
         guard: Option<G>,
+        // Data went out since the body last said "not ready".
+        unflushed: bool,
+        // An error held back until hyper flushed.
+        held: Option<BoxError>,
     }
 }
 
@@ -43,16 +57,37 @@ impl<G> http_body::Body for GuardedBody<G> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        use std::task::Poll;
         let this = self.project();
-        let polled = this.inner.poll_frame(cx);
-        if matches!(polled, std::task::Poll::Ready(None | Some(Err(_)))) {
+        if let Some(error) = this.held.take() {
             this.guard.take();
+            return Poll::Ready(Some(Err(error)));
         }
-        polled
+        let polled = this.inner.poll_frame(cx);
+        match polled {
+            Poll::Ready(Some(Err(error))) if *this.unflushed => {
+                *this.unflushed = false;
+                *this.held = Some(error);
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                *this.unflushed = true;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None | Some(Err(_))) => {
+                this.guard.take();
+                polled
+            }
+            Poll::Pending => {
+                *this.unflushed = false;
+                Poll::Pending
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
@@ -69,6 +104,8 @@ pub fn guard_body<G: Send + 'static>(
         GuardedBody {
             inner,
             guard: Some(guard),
+            unflushed: false,
+            held: None,
         }
         .boxed_unsync()
     })

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 use wharf_cache::{CachedResponse, FillFailure, FillReader};
 use wharf_host::body::{full, BoxError, ResponseBody};
+use wharf_upstream::ResponseBody as UpstreamBody;
 
 use crate::error::{error_chain, ProxyError};
 
@@ -23,7 +23,7 @@ pin_project_lite::pin_project! {
     /// so a stalled origin ends in a visible truncation, not a hang.
     pub(crate) struct OriginBody {
         #[pin]
-        inner: Incoming,
+        inner: UpstreamBody,
         #[pin]
         deadline: Sleep,
         origin: String,
@@ -38,7 +38,7 @@ pin_project_lite::pin_project! {
 
 impl OriginBody {
     pub(crate) fn new(
-        inner: Incoming,
+        inner: UpstreamBody,
         origin: String,
         deadline: Instant,
         total_timeout: Duration,

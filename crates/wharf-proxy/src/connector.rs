@@ -1,36 +1,24 @@
-//! The origin client's connector: resolves, checks every address, then connects to one of them.
+//! The proxy's only way to an origin: resolve, check every address, then connect to one of them.
 //!
-//! [`GuardedConnector`] is a `tower::Service<http::Uri>` for hyper-util's legacy client. It does
-//! its own name resolution and hands [`DestinationPolicy::check_addr`] every resolved address
-//! before connecting to any, so the address checked is the address connected to (no DNS
-//! rebinding between check and connect). TLS is left to hyper-rustls, which wraps it
-//! ([`origin_client`] builds that stack); no proxy environment variable is read anywhere.
+//! [`GuardedConnector::connect`] does its own name resolution and hands
+//! [`DestinationPolicy::check_addr`] every resolved address before connecting to any, so the
+//! address checked is the address connected to (no DNS rebinding between check and connect).
+//! TLS and HTTP are the origin client's ([`crate::origin`]); no proxy environment variable
+//! is read anywhere.
 //!
-//! Failures are [`ConnectError`]s; [`find_connect_error`] digs one out of a client error so the
-//! proxy can answer 403 (refused), 504 (timeout) or 502 (the rest).
+//! Failures are [`ConnectError`]s, which the proxy answers with 403 (refused), 504 (timeout)
+//! or 502 (the rest).
 
-use std::error::Error as StdError;
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::Uri;
-use http_body_util::Empty;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 use url::Host;
 
 use crate::destination::{DestinationPolicy, Refusal};
-
-/// How long an idle pooled origin connection is kept.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Connects to origins only at addresses the policy allows.
 ///
@@ -79,9 +67,6 @@ pub enum ConnectError {
         /// The socket error.
         source: io::Error,
     },
-    /// The URI has no usable scheme or host (→ 502; the proxy builds URIs from checked URLs).
-    #[error("bad origin uri: {0}")]
-    BadUri(String),
 }
 
 impl GuardedConnector {
@@ -93,8 +78,10 @@ impl GuardedConnector {
         }
     }
 
-    async fn connect(self, uri: Uri) -> Result<TokioIo<TcpStream>, ConnectError> {
-        let (host, port) = target_of(&uri)?;
+    /// A TCP connection (with `TCP_NODELAY`) to `host`:`port`, after the policy allowed the
+    /// host and every address it resolves to; resolution and connection attempts together
+    /// within the connect timeout.
+    pub async fn connect(&self, host: Host<&str>, port: u16) -> Result<TcpStream, ConnectError> {
         let name = match &host {
             Host::Ipv6(ip) => format!("[{ip}]:{port}"),
             _ => format!("{host}:{port}"),
@@ -118,7 +105,7 @@ impl GuardedConnector {
                 Err(_) => return Err(timed_out()),
                 Ok(Ok(stream)) => {
                     tracing::debug!(host = %name, addr = %addr, "origin connected");
-                    return Ok(TokioIo::new(stream));
+                    return Ok(stream);
                 }
                 Ok(Err(source)) => {
                     tracing::debug!(host = %name, addr = %addr, error = %source, "origin connect failed");
@@ -130,36 +117,18 @@ impl GuardedConnector {
     }
 }
 
-/// The host and port a URI designates (default port from the scheme).
-fn target_of(uri: &Uri) -> Result<(Host<String>, u16), ConnectError> {
-    let default_port = match uri.scheme_str() {
-        Some("http") => 80,
-        Some("https") => 443,
-        Some(other) => return Err(ConnectError::BadUri(format!("{uri}: scheme {other:?}"))),
-        None => return Err(ConnectError::BadUri(format!("{uri}: no scheme"))),
-    };
-    let host = uri
-        .host()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| ConnectError::BadUri(format!("{uri}: no host")))?;
-    // The same WHATWG host parser as `parse_target`: numeric spellings become addresses here
-    // too, so a name handed to DNS is never an address in disguise.
-    let host = Host::parse(host).map_err(|e| ConnectError::BadUri(format!("{uri}: {e}")))?;
-    Ok((host, uri.port_u16().unwrap_or(default_port)))
-}
-
 /// The addresses of `host`: the literal itself, or what the system resolver returns.
 #[allow(clippy::disallowed_methods)] // the SSRF connector is the one place that resolves
-async fn resolve(host: &Host<String>, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+async fn resolve(host: &Host<&str>, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
     let name = match host {
         Host::Ipv4(ip) => return Ok(vec![SocketAddr::new((*ip).into(), port)]),
         Host::Ipv6(ip) => return Ok(vec![SocketAddr::new((*ip).into(), port)]),
-        Host::Domain(name) => name,
+        Host::Domain(name) => *name,
     };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), port))
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name, port))
         .await
         .map_err(|source| ConnectError::Resolve {
-            host: name.clone(),
+            host: name.to_owned(),
             source,
         })?
         .collect();
@@ -194,69 +163,10 @@ async fn connect_to(addr: SocketAddr) -> io::Result<TcpStream> {
     Ok(stream)
 }
 
-impl tower::Service<Uri> for GuardedConnector {
-    type Response = TokioIo<TcpStream>;
-    type Error = ConnectError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        Box::pin(self.clone().connect(uri))
-    }
-}
-
-/// Walks an error's source chain and returns the [`ConnectError`] inside, if any.
-///
-/// The hyper-util client (and hyper-rustls) wrap connector errors; the proxy maps
-/// [`ConnectError::Refused`] to 403, [`ConnectError::Timeout`] to 504 and the rest to 502.
-pub fn find_connect_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a ConnectError> {
-    let mut current = Some(err);
-    while let Some(err) = current {
-        if let Some(found) = err.downcast_ref::<ConnectError>() {
-            return Some(found);
-        }
-        current = err.source();
-    }
-    None
-}
-
-/// The proxy's origin client: http and https (rustls, ring, webpki roots) over a
-/// [`GuardedConnector`], HTTP/1.1, with requests that carry no body.
-pub type OriginClient = Client<hyper_rustls::HttpsConnector<GuardedConnector>, Empty<Bytes>>;
-
-/// Idle keep-alive connections kept per origin. Without a bound, a burst
-/// of slow calls (1000 in bench/compare.sh) leaves hundreds of idle
-/// sockets behind and later pass-through calls measured at half the rate;
-/// nginx keeps 64 per worker.
-pub const MAX_IDLE_PER_ORIGIN: usize = 128;
-
-/// Builds the [`OriginClient`]: keep-alive pool on (idle connections kept 90 s, at most
-/// [`MAX_IDLE_PER_ORIGIN`] per origin), every new connection made by a [`GuardedConnector`]
-/// holding to `policy`.
-pub fn origin_client(policy: Arc<DestinationPolicy>, connect_timeout: Duration) -> OriginClient {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .expect("the ring provider supports rustls' default protocol versions")
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(GuardedConnector::new(policy, connect_timeout));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .pool_timer(TokioTimer::new())
-        .pool_max_idle_per_host(MAX_IDLE_PER_ORIGIN)
-        .build(connector)
-}
-
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)] // tests dial their own loopback listeners directly
 mod tests {
     use std::net::{Ipv4Addr, TcpListener};
-
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tower::ServiceExt;
 
     use super::*;
 
@@ -287,11 +197,11 @@ mod tests {
         }
     }
 
-    async fn call(
-        connector: GuardedConnector,
-        uri: &str,
-    ) -> Result<TokioIo<TcpStream>, ConnectError> {
-        connector.oneshot(uri.parse().unwrap()).await
+    /// Connects to the host and port of `uri` (an http or https URL).
+    async fn call(connector: GuardedConnector, uri: &str) -> Result<TcpStream, ConnectError> {
+        let url = url::Url::parse(uri).unwrap();
+        let port = url.port_or_known_default().unwrap();
+        connector.connect(url.host().unwrap(), port).await
     }
 
     #[tokio::test]
@@ -328,8 +238,8 @@ mod tests {
         for host in ["127.0.0.1", "127.1", "[::ffff:127.0.0.1]", "localhost"] {
             let uri = format!("http://{host}:{port}/");
             let stream = call(connector(true, &[]), &uri).await.unwrap();
-            assert!(stream.inner().nodelay().unwrap(), "{uri}");
-            assert!(stream.inner().peer_addr().unwrap().ip().is_loopback());
+            assert!(stream.nodelay().unwrap(), "{uri}");
+            assert!(stream.peer_addr().unwrap().ip().is_loopback());
             assert!(accepted(&listener), "{uri} did not reach the listener");
         }
     }
@@ -375,14 +285,6 @@ mod tests {
         ));
         let open = DestinationPolicy::new(true, &[]);
         assert!(check_all(&open, "rebind.test:80", &[addr("127.0.0.1:80")]).is_ok());
-    }
-
-    #[tokio::test]
-    async fn bad_uris() {
-        for uri in ["ftp://example.com/", "/relative", "unix://x/"] {
-            let err = call(connector(true, &[]), uri).await.unwrap_err();
-            assert!(matches!(err, ConnectError::BadUri(_)), "{uri}: {err}");
-        }
     }
 
     #[tokio::test]
@@ -435,66 +337,5 @@ mod tests {
             err.to_string(),
             format!("origin {addr}: no connection after 300ms")
         );
-    }
-
-    #[tokio::test]
-    async fn client_errors_carry_the_refusal() {
-        let (listener, port) = listener();
-        let policy = Arc::new(DestinationPolicy::new(false, &[]));
-        let plain: Client<GuardedConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
-            .build(GuardedConnector::new(policy.clone(), TIMEOUT));
-        let origin = origin_client(policy, TIMEOUT);
-        for uri in [
-            format!("http://127.0.0.1:{port}/"),
-            format!("https://127.0.0.1:{port}/"),
-            format!("http://localhost:{port}/"),
-        ] {
-            let uri: Uri = uri.parse().unwrap();
-            let errors = [
-                origin.get(uri.clone()).await.unwrap_err(),
-                plain.get(uri.clone()).await.unwrap_err(),
-            ];
-            for err in errors {
-                let found = find_connect_error(&err);
-                assert!(
-                    matches!(found, Some(ConnectError::Refused(_))),
-                    "{uri}: {err:?}"
-                );
-            }
-            assert!(!accepted(&listener));
-        }
-        let other = io::Error::other("unrelated");
-        assert!(find_connect_error(&other).is_none());
-    }
-
-    #[tokio::test]
-    async fn origin_client_fetches_from_an_allowed_origin() {
-        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !request.ends_with(b"\r\n\r\n") {
-                let n = stream.read(&mut buf).await.unwrap();
-                assert!(n > 0, "request cut short");
-                request.extend_from_slice(&buf[..n]);
-            }
-            stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await
-                .unwrap();
-            String::from_utf8(request).unwrap()
-        });
-        let client = origin_client(Arc::new(DestinationPolicy::new(true, &[])), TIMEOUT);
-        let response = client
-            .get(format!("http://{addr}/x?y=1").parse().unwrap())
-            .await
-            .unwrap();
-        assert_eq!(response.status(), http::StatusCode::OK);
-        let request = server.await.unwrap();
-        assert!(request.starts_with("GET /x?y=1 HTTP/1.1\r\n"), "{request}");
     }
 }

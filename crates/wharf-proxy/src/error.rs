@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::connector::{find_connect_error, ConnectError};
 use crate::destination::{Refusal, TargetError};
 pub(crate) use wharf_host::error::error_chain;
 
@@ -126,35 +125,6 @@ impl ProxyError {
             FaultSide::Client
         } else {
             FaultSide::Origin
-        }
-    }
-
-    /// Classifies an error from the origin client (hyper-util) before the
-    /// response head arrived.
-    pub fn from_client_error(
-        origin: &str,
-        host: &str,
-        connect_timeout: Duration,
-        error: &(dyn std::error::Error + 'static),
-    ) -> ProxyError {
-        match find_connect_error(error) {
-            Some(ConnectError::Refused(refusal)) => ProxyError::Refused {
-                host: host.to_owned(),
-                source: refusal.clone(),
-            },
-            Some(ConnectError::Timeout { .. }) => ProxyError::OriginTimeout {
-                origin: origin.to_owned(),
-                what: "no connection",
-                after: connect_timeout,
-            },
-            Some(other) => ProxyError::OriginUnavailable {
-                origin: origin.to_owned(),
-                message: error_chain(other),
-            },
-            None => ProxyError::OriginUnavailable {
-                origin: origin.to_owned(),
-                message: error_chain(error),
-            },
         }
     }
 }

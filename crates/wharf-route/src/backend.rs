@@ -2,14 +2,21 @@
 //! calls it has outstanding.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::http1::SendRequest;
 use url::Url;
 use wharf_host::metrics::{Outcome, UpstreamMetrics};
+use wharf_upstream::{Connection, IdlePool, PoolLimits, PoolSlot};
 
-use crate::body::ForwardBody;
-use crate::pool::{self, Address, Pool};
+use crate::pool::{self, Address};
+
+/// Idle connections kept per backend; beyond it, finished ones are closed.
+const MAX_IDLE: usize = 256;
+/// How long an idle backend connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often idle connections past their timeout are closed when no call comes.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Consecutive failures after which a backend is skipped for a while.
 pub const EJECT_AFTER_FAILURES: u32 = 3;
@@ -31,7 +38,8 @@ pub struct Backend {
     address: Address,
     /// Value for `host` when the client sent none (h2 clients send `:authority`).
     authority: Option<http::HeaderValue>,
-    pool: Pool,
+    /// Idle keep-alive connections (one key: this backend).
+    pool: Arc<IdlePool>,
     /// Failures in a row (connect, protocol or timeout); 0 after a success.
     failures: AtomicU32,
     /// Milliseconds since `epoch` until which the backend is skipped.
@@ -85,11 +93,17 @@ impl Backend {
             Some(port) => http::HeaderValue::from_str(&format!("{host}:{port}")).ok(),
             None => http::HeaderValue::from_str(host).ok(),
         });
+        let pool = IdlePool::new(PoolLimits {
+            max_idle_per_key: MAX_IDLE,
+            max_idle_total: MAX_IDLE,
+            idle_timeout: IDLE_TIMEOUT,
+        });
+        pool.spawn_sweeper(SWEEP_EVERY);
         Ok(Self {
             label: url.as_str().trim_end_matches('/').to_owned(),
             address,
             authority,
-            pool: Pool::default(),
+            pool,
             failures: AtomicU32::new(0),
             ejected_until_ms: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -108,16 +122,18 @@ impl Backend {
         self.authority.as_ref()
     }
 
-    /// A pooled connection, or a new one.
-    pub(crate) async fn connection(&self) -> std::io::Result<SendRequest<ForwardBody>> {
-        match self.pool.take_idle() {
-            Some(connection) => Ok(connection),
-            None => pool::connect(&self.address).await,
+    /// A pooled connection, or a new one, and where it goes back once its response was read.
+    pub(crate) async fn connection(&self) -> std::io::Result<(PoolSlot, Connection)> {
+        let (slot, idle) = self.pool.check_out(&self.label);
+        match idle {
+            Some(connection) => Ok((slot, connection)),
+            None => Ok((slot, pool::connect(&self.address).await?)),
         }
     }
 
-    pub(crate) fn check_in(&self, connection: SendRequest<ForwardBody>) {
-        self.pool.put(connection);
+    /// A new connection, never a pooled one (after a pooled one turned out closed).
+    pub(crate) async fn new_connection(&self) -> std::io::Result<Connection> {
+        pool::connect(&self.address).await
     }
 
     /// Whether the backend should be tried now (not ejected).

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::request::Parts;
+use std::borrow::Cow;
+
 use http::{header, HeaderValue, Request, Response, Uri};
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -25,11 +26,11 @@ use wharf_host::{handler, CallContext, HostService, Phase, ResponseBody};
 
 use crate::backend::{Backend, BackendError};
 use crate::balance::Balancer;
-use crate::body::{ForwardBody, Lease, RelayBody};
+use crate::body::{Lease, RelayBody};
 use crate::error::RouteError;
 use crate::matcher::Matcher;
-use crate::pool::tls_connector;
 use crate::rewrite::Rewrite;
+use wharf_upstream::{RequestHead, ResponseBody as UpstreamBody};
 
 /// A `route` service.
 #[derive(Clone)]
@@ -66,7 +67,7 @@ impl RouteService {
         config: &RouteConfig,
         metrics: &Metrics,
     ) -> Result<Self, RouteBuildError> {
-        let tls = tls_connector()?;
+        let tls = wharf_upstream::tls_connector()?;
         let backends = config
             .backends
             .iter()
@@ -131,12 +132,14 @@ impl Route {
             .map(|addr| addr.0.ip());
         let (mut parts, body) = request.into_parts();
         self.rewrite.request(&mut parts.headers, client);
-        parts.uri = self.upstream_uri(&parts.uri);
-        // Bodiless idempotent requests can be rebuilt exactly for a retry
-        // after bytes went upstream; nothing else can.
+        let target = self.upstream_target(&parts.uri);
+        // Bodiless idempotent requests can be sent again exactly after bytes
+        // went upstream; nothing else can.
         let replayable = body.is_end_stream() && parts.method.is_idempotent();
-        let mut pending = Some(Request::from_parts(parts, ForwardBody::Client { body }));
-        let mut replay: Option<Parts> = None;
+        let client_sent_host = parts.headers.contains_key(header::HOST);
+        // Borrowed by each attempt, so an attempt that took none of it leaves
+        // it whole for the next backend.
+        let mut body = std::pin::pin!(body);
         let mut last = None;
         // Each backend once for failures before sending (always safe), plus
         // `retries` re-sends of a replayable request after bytes went out.
@@ -152,28 +155,23 @@ impl Route {
             .cycle()
             .take(attempts)
         {
-            let mut request = match pending.take() {
-                Some(request) => request,
-                None => match &replay {
-                    Some(parts) => Request::from_parts(parts.clone(), ForwardBody::Empty),
-                    None => break,
-                },
-            };
-            if request.headers().get(header::HOST).is_none() {
-                if let Some(authority) = backend.authority() {
-                    request
-                        .headers_mut()
-                        .insert(header::HOST, authority.clone());
+            if !client_sent_host {
+                match backend.authority() {
+                    Some(authority) => {
+                        parts.headers.insert(header::HOST, authority.clone());
+                    }
+                    None => {
+                        parts.headers.remove(header::HOST);
+                    }
                 }
             }
-            let mut connection =
+            let (slot, mut connection) =
                 match tokio::time::timeout(self.timeout, backend.connection()).await {
                     Ok(Ok(connection)) => connection,
                     Ok(Err(error)) => {
                         backend.record(Outcome::Error);
                         last = Some(unavailable(&backend, &error));
-                        pending = Some(request); // nothing was sent
-                        continue;
+                        continue; // nothing was sent
                     }
                     Err(_elapsed) => {
                         backend.record(Outcome::Timeout);
@@ -181,18 +179,34 @@ impl Route {
                             backend: backend.label().to_owned(),
                             after: self.timeout,
                         });
-                        pending = Some(request);
                         continue;
                     }
                 };
-            if replayable && replay.is_none() && resends_left > 0 {
-                let (parts, body) = request.into_parts();
-                replay = Some(parts.clone());
-                request = Request::from_parts(parts, body);
-            }
             backend.call_started();
-            let sent =
-                tokio::time::timeout(self.timeout, connection.try_send_request(request)).await;
+            let head = RequestHead {
+                method: &parts.method,
+                target: &target,
+                headers: &parts.headers,
+            };
+            let sent = tokio::time::timeout(self.timeout, async {
+                loop {
+                    let reused = connection.is_reused();
+                    match connection.send(head, body.as_mut(), Some(slot.clone())).await {
+                        // A pooled connection the backend closed while idle took
+                        // nothing: the same request goes on a new connection.
+                        Err(failure) if failure.stale && reused => {
+                            debug!(backend = backend.label(), error = %failure.error, "pooled backend connection was closed; reconnecting");
+                            connection = match backend.new_connection().await {
+                                Ok(connection) => connection,
+                                Err(error) => return Err(unavailable(&backend, &error)),
+                            };
+                        }
+                        Err(failure) => return Err(unavailable(&backend, &failure.error)),
+                        Ok(response) => return Ok(response),
+                    }
+                }
+            })
+            .await;
             match sent {
                 Ok(Ok(response)) => {
                     backend.record(Outcome::Ok);
@@ -201,17 +215,14 @@ impl Route {
                     }
                     let lease = Lease {
                         backend: backend.clone(),
-                        connection: Some(connection),
                     };
                     return Ok(self.relay(response, lease));
                 }
-                Ok(Err(mut error)) => {
+                Ok(Err(error)) => {
                     backend.call_ended();
                     backend.record(Outcome::Error);
-                    last = Some(unavailable(&backend, error.error()));
-                    // hyper hands back a request it never started sending.
-                    pending = error.take_message();
-                    if pending.is_none() && !spend(&mut resends_left, replay.is_some()) {
+                    last = Some(error);
+                    if !spend(&mut resends_left, replayable) {
                         break;
                     }
                 }
@@ -222,7 +233,7 @@ impl Route {
                         backend: backend.label().to_owned(),
                         after: self.timeout,
                     });
-                    if !spend(&mut resends_left, replay.is_some()) {
+                    if !spend(&mut resends_left, replayable) {
                         break;
                     }
                 }
@@ -235,28 +246,27 @@ impl Route {
     }
 
     /// The origin-form target sent upstream (prefix stripped if asked).
-    fn upstream_uri(&self, uri: &Uri) -> Uri {
+    fn upstream_target<'u>(&self, uri: &'u Uri) -> Cow<'u, str> {
         let path = uri.path();
-        let path = match &self.strip {
-            Some(prefix) => {
-                let rest = path.strip_prefix(prefix.as_str()).unwrap_or(path);
-                if rest.starts_with('/') {
-                    rest.to_owned()
-                } else {
-                    format!("/{rest}")
-                }
-            }
-            None => path.to_owned(),
+        let Some(prefix) = &self.strip else {
+            return match uri.path_and_query() {
+                Some(pq) if pq.as_str().starts_with('/') => Cow::Borrowed(pq.as_str()),
+                _ => Cow::Borrowed("/"),
+            };
         };
-        let target = match uri.query() {
+        let rest = path.strip_prefix(prefix.as_str()).unwrap_or(path);
+        let path = if rest.starts_with('/') {
+            rest.to_owned()
+        } else {
+            format!("/{rest}")
+        };
+        Cow::Owned(match uri.query() {
             Some(query) => format!("{path}?{query}"),
             None => path,
-        };
-        // Built from a valid path and query, so it parses; keep the original otherwise.
-        target.parse().unwrap_or_else(|_| uri.clone())
+        })
     }
 
-    fn relay(&self, response: Response<Incoming>, lease: Lease) -> Response<ResponseBody> {
+    fn relay(&self, response: Response<UpstreamBody>, lease: Lease) -> Response<ResponseBody> {
         let (mut parts, body) = response.into_parts();
         self.rewrite.response(&mut parts.headers);
         let body = RelayBody::new(body, lease)

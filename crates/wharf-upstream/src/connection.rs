@@ -1,0 +1,364 @@
+//! One HTTP/1.1 connection to an upstream, and one exchange on it.
+//!
+//! [`Connection::send`] writes the request (head, then the body streamed with its own framing)
+//! and reads the response head; the returned [`ResponseBody`] reads the body from the same
+//! socket when polled, and puts the connection back in its pool once the body has been read
+//! to its end. Everything happens in the task that polls: no connection task, no channel, no
+//! wake-up of another thread between the upstream's bytes and the client's socket.
+//!
+//! Memory: the read buffer is allocated only once the socket is readable, so a call waiting
+//! for a slow upstream holds none; its size adapts to the reads (8 KiB up to 256 KiB).
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, Method, Response};
+use http_body::Body;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::body::ResponseBody;
+use crate::error::{SendError, UpstreamError};
+use crate::head::{
+    encode_request_head, parse_response_head, request_framing, HeadParse, RequestFraming,
+};
+use crate::pool::PoolSlot;
+use crate::stream::UpstreamStream;
+
+/// First read size, and the smallest the adaptive size shrinks to.
+const MIN_READ: usize = 8 * 1024;
+/// The largest read size (long bodies read in big steps, fewer system calls).
+const MAX_READ: usize = 256 * 1024;
+/// Below this much free room the buffer is grown before reading.
+const MIN_SPARE: usize = 2 * 1024;
+
+/// What [`Connection::send`] writes as the request head.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The origin-form target (`/path?query`); no whitespace or control characters.
+    pub target: &'a str,
+    /// Every header to send, `host` included; `content-length` and `transfer-encoding` are
+    /// replaced by the body's own framing.
+    pub headers: &'a HeaderMap,
+}
+
+/// An open connection to an upstream.
+#[derive(Debug)]
+pub struct Connection {
+    pub(crate) io: UpstreamStream,
+    /// Bytes read and not yet consumed; no capacity while nothing is being read.
+    pub(crate) buf: BytesMut,
+    /// The next read's size (adapts between `MIN_READ` and `MAX_READ`).
+    read_size: usize,
+    /// Exchanges completed on this connection.
+    exchanges: u64,
+}
+
+/// How sending a request body ended.
+enum BodySent {
+    /// Every byte went out.
+    Complete,
+    /// The upstream began answering first; the rest of the body was not sent.
+    Interrupted,
+}
+
+impl Connection {
+    /// A connection over an established socket.
+    pub fn new(io: impl Into<UpstreamStream>) -> Self {
+        Self {
+            io: io.into(),
+            buf: BytesMut::new(),
+            read_size: MIN_READ,
+            exchanges: 0,
+        }
+    }
+
+    /// Whether this connection already carried a complete exchange (it came from a pool).
+    pub fn is_reused(&self) -> bool {
+        self.exchanges > 0
+    }
+
+    /// Exchanges completed on this connection.
+    pub fn exchanges(&self) -> u64 {
+        self.exchanges
+    }
+
+    pub(crate) fn completed_exchange(&mut self) {
+        self.exchanges += 1;
+    }
+
+    /// An idle connection that can carry another request (see
+    /// [`UpstreamStream::is_reusable`]).
+    pub(crate) fn is_reusable(&self) -> bool {
+        self.buf.is_empty() && self.io.is_reusable()
+    }
+
+    /// Sends one request and reads the response head. The body is read as the returned
+    /// response's body is polled; read to its end, the connection goes back to `slot`'s pool
+    /// (unless the upstream or the framing said it must close).
+    ///
+    /// The request body is borrowed: when the error says `stale`, not a frame of it was taken,
+    /// and the same request can go again on another connection.
+    /// No timeout is applied here: callers bound the whole call.
+    pub async fn send<B>(
+        mut self,
+        request: RequestHead<'_>,
+        body: Pin<&mut B>,
+        slot: Option<PoolSlot>,
+    ) -> Result<Response<ResponseBody>, SendError>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let reused = self.is_reused();
+        let framing = request_framing(
+            request.method,
+            body.is_end_stream(),
+            body.size_hint().exact(),
+        );
+        let mut head = Vec::with_capacity(256);
+        encode_request_head(
+            request.method,
+            request.target,
+            request.headers,
+            framing,
+            &mut head,
+        )
+        .map_err(|error| SendError {
+            error,
+            stale: false,
+        })?;
+        let mut body_started = false;
+        let mut keep_alive_allowed = true;
+        let written = match framing {
+            RequestFraming::None | RequestFraming::Length(0) => self.write_head(&head).await,
+            RequestFraming::Length(_) | RequestFraming::Chunked => {
+                match self
+                    .write_with_body(Bytes::from(head), body, framing, &mut body_started)
+                    .await
+                {
+                    Ok(BodySent::Complete) => Ok(()),
+                    Ok(BodySent::Interrupted) => {
+                        // The upstream answered before taking the whole body: what is left
+                        // of it on this connection is unknown, so it is not reused.
+                        keep_alive_allowed = false;
+                        Ok(())
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+        };
+        if let Err(error) = written {
+            let stale = reused && !body_started && is_reset(&error);
+            return Err(SendError { error, stale });
+        }
+        let mut parsed = match self.read_head(request.method).await {
+            Ok(head) => head,
+            Err((error, received)) => {
+                let stale = reused && !body_started && received == 0;
+                return Err(SendError { error, stale });
+            }
+        };
+        parsed.keep_alive &= keep_alive_allowed;
+        let mut response = Response::new(());
+        *response.status_mut() = parsed.status;
+        *response.version_mut() = parsed.version;
+        *response.headers_mut() = std::mem::take(&mut parsed.headers);
+        let body = ResponseBody::new(self, parsed.framing, parsed.keep_alive, slot);
+        Ok(response.map(|()| body))
+    }
+
+    async fn write_head(&mut self, head: &[u8]) -> Result<(), UpstreamError> {
+        self.io
+            .write_all(head)
+            .await
+            .map_err(UpstreamError::Write)?;
+        self.io.flush().await.map_err(UpstreamError::Write)
+    }
+
+    /// Writes the head and streams the body with `framing`, stopping early if the upstream
+    /// starts answering (it may refuse a body without reading it).
+    async fn write_with_body<B>(
+        &mut self,
+        head: Bytes,
+        mut body: Pin<&mut B>,
+        framing: RequestFraming,
+        body_started: &mut bool,
+    ) -> Result<BodySent, UpstreamError>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let chunked = framing == RequestFraming::Chunked;
+        let declared = match framing {
+            RequestFraming::Length(len) => Some(len),
+            _ => None,
+        };
+        let mut sent_body: u64 = 0;
+        let mut parts: Vec<Bytes> = vec![head];
+        let mut body_done = false;
+        poll_fn(|cx| loop {
+            while !parts.is_empty() {
+                match write_parts(&mut self.io, cx, &mut parts) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(error)) => {
+                        return Poll::Ready(Err(UpstreamError::Write(error)))
+                    }
+                    Poll::Pending => return self.pending_unless_answering(cx),
+                }
+            }
+            if body_done {
+                return Pin::new(&mut self.io)
+                    .poll_flush(cx)
+                    .map_ok(|()| BodySent::Complete)
+                    .map_err(UpstreamError::Write);
+            }
+            match body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    *body_started = true;
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers are not forwarded
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    sent_body += data.len() as u64;
+                    if declared.is_some_and(|len| sent_body > len) {
+                        return Poll::Ready(Err(UpstreamError::RequestBody(
+                            "request body longer than its declared length".into(),
+                        )));
+                    }
+                    if chunked {
+                        parts.push(Bytes::from(format!("{:x}\r\n", data.len())));
+                        parts.push(data);
+                        parts.push(Bytes::from_static(b"\r\n"));
+                    } else {
+                        parts.push(data);
+                    }
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    *body_started = true;
+                    return Poll::Ready(Err(UpstreamError::RequestBody(error.into())));
+                }
+                Poll::Ready(None) => {
+                    if declared.is_some_and(|len| sent_body != len) {
+                        return Poll::Ready(Err(UpstreamError::RequestBody(
+                            "request body shorter than its declared length".into(),
+                        )));
+                    }
+                    if chunked {
+                        parts.push(Bytes::from_static(b"0\r\n\r\n"));
+                    }
+                    body_done = true;
+                }
+                Poll::Pending => return self.pending_unless_answering(cx),
+            }
+        })
+        .await
+    }
+
+    /// While the request body waits (on the client, or on a full socket), an upstream that
+    /// has started to answer ends the sending. TLS hides that signal; its body is sent whole.
+    fn pending_unless_answering(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<BodySent, UpstreamError>> {
+        if !matches!(self.io, UpstreamStream::Tls(_)) && self.io.poll_read_ready(cx).is_ready() {
+            return Poll::Ready(Ok(BodySent::Interrupted));
+        }
+        Poll::Pending
+    }
+
+    /// Reads until a final response head is complete; skips interim (1xx) responses. On error,
+    /// also says how many bytes had come back.
+    async fn read_head(
+        &mut self,
+        method: &Method,
+    ) -> Result<crate::head::ParsedHead, (UpstreamError, usize)> {
+        let mut received = self.buf.len();
+        loop {
+            match parse_response_head(&self.buf, method) {
+                Ok(HeadParse::Partial) => {}
+                Ok(HeadParse::Interim(len)) => {
+                    self.buf.advance(len);
+                    continue;
+                }
+                Ok(HeadParse::Complete(len, head)) => {
+                    self.buf.advance(len);
+                    return Ok(head);
+                }
+                Err(error) => return Err((error, received)),
+            }
+            match poll_fn(|cx| self.poll_read_more(cx)).await {
+                Ok(0) => {
+                    return Err((UpstreamError::ClosedBeforeHead { received }, received));
+                }
+                Ok(n) => received += n,
+                Err(error) => return Err((UpstreamError::Read(error), received)),
+            }
+        }
+    }
+
+    /// Reads more bytes into the buffer; `Ok(0)` is EOF. The buffer is grown only once the
+    /// socket is readable, and by the adaptive read size.
+    pub(crate) fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare < MIN_SPARE {
+            if self.buf.is_empty() {
+                // Nothing buffered: wait for bytes before taking memory for them.
+                ready!(self.io.poll_read_ready(cx))?;
+            }
+            self.buf.reserve(self.read_size);
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut self.buf
+        ))?;
+        if n == spare {
+            self.read_size = (self.read_size * 2).min(MAX_READ);
+        } else if n < self.read_size / 4 {
+            self.read_size = (self.read_size / 2).max(MIN_READ);
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// Writes as much of `parts` as the socket takes now (vectored), dropping what went out.
+fn write_parts(
+    io: &mut UpstreamStream,
+    cx: &mut Context<'_>,
+    parts: &mut Vec<Bytes>,
+) -> Poll<io::Result<()>> {
+    let slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    let mut written = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))?;
+    if written == 0 {
+        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+    }
+    let mut done = 0;
+    for part in parts.iter_mut() {
+        let take = written.min(part.len());
+        part.advance(take);
+        written -= take;
+        if part.is_empty() {
+            done += 1;
+        } else {
+            break;
+        }
+    }
+    parts.drain(..done);
+    Poll::Ready(Ok(()))
+}
+
+/// A write failure that a closed idle connection produces.
+fn is_reset(error: &UpstreamError) -> bool {
+    matches!(error, UpstreamError::Write(io) if matches!(
+        io.kind(),
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
+    ))
+}

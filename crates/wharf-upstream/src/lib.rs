@@ -1,0 +1,37 @@
+//! HTTP/1.1 exchanges with upstreams (the proxy's origins, the routes' backends), polled in
+//! the task of the call that makes them.
+//!
+//! hyper's client drives each connection from a task of its own, so every proxied call
+//! crosses tasks (and often threads) twice: request out through a channel, response head and
+//! every body chunk back through others. Here the call's own task writes the request, reads
+//! the response head, and reads the body as the client's side polls it: the upstream's bytes
+//! go to the client's socket in the same poll that read them. Memory follows the work: a
+//! connection waiting on a slow upstream holds no read buffer, an idle one none at all.
+//!
+//! - [`Connection`]: one connection, [`Connection::send`] one exchange;
+//! - [`ResponseBody`]: the streamed response body, which returns its connection to the pool;
+//! - [`IdlePool`] / [`PoolSlot`]: bounded idle keep-alive connections by upstream;
+//! - [`UpstreamStream`]: TCP, TLS or Unix socket; [`tls_connector`] for `https://`;
+//! - [`UpstreamError`] / [`SendError`]: what broke, and whether a retry is safe.
+//!
+//! Connecting (name resolution, the proxy's SSRF checks, timeouts) is the caller's: this crate
+//! starts from a connected socket. Response heads are parsed with `httparse` and framed by
+//! RFC 9112 §6.3 (content-length, chunked, close-delimited), strictly: ambiguous framing is an
+//! error, and a connection is reused only after a response read exactly to its end.
+
+mod body;
+mod chunked;
+mod connection;
+mod error;
+mod head;
+mod pool;
+mod stream;
+mod tls;
+
+pub use body::ResponseBody;
+pub use connection::{Connection, RequestHead};
+pub use error::{SendError, UpstreamError};
+pub use head::{MAX_HEADERS, MAX_HEAD_BYTES};
+pub use pool::{IdlePool, PoolLimits, PoolSlot};
+pub use stream::UpstreamStream;
+pub use tls::tls_connector;

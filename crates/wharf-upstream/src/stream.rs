@@ -1,0 +1,154 @@
+//! The socket under an upstream connection: TCP, TLS over TCP, or a Unix socket.
+//!
+//! [`UpstreamStream`] is the one type the connection code reads and writes, whatever the
+//! transport. Besides `AsyncRead`/`AsyncWrite` it can wait for readability without a buffer
+//! ([`UpstreamStream::poll_read_ready`]), so a connection waiting on a slow upstream holds no
+//! read buffer, and tell whether an idle connection was closed by its peer
+//! ([`UpstreamStream::is_known_closed`]) without a system call.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::client::TlsStream;
+
+/// A connected upstream socket.
+#[derive(Debug)]
+pub enum UpstreamStream {
+    /// Plain TCP (`http://`).
+    Tcp(TcpStream),
+    /// TLS over TCP (`https://`).
+    Tls(Box<TlsStream<TcpStream>>),
+    /// A Unix domain socket (`unix:`).
+    Unix(UnixStream),
+}
+
+impl From<TcpStream> for UpstreamStream {
+    fn from(stream: TcpStream) -> Self {
+        UpstreamStream::Tcp(stream)
+    }
+}
+
+impl From<TlsStream<TcpStream>> for UpstreamStream {
+    fn from(stream: TlsStream<TcpStream>) -> Self {
+        UpstreamStream::Tls(Box::new(stream))
+    }
+}
+
+impl From<UnixStream> for UpstreamStream {
+    fn from(stream: UnixStream) -> Self {
+        UpstreamStream::Unix(stream)
+    }
+}
+
+impl UpstreamStream {
+    /// Ready when bytes (or EOF) can be read. TLS may hold decrypted bytes the socket does not
+    /// show, so a TLS stream is always "ready": the caller then allocates and reads.
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            UpstreamStream::Tcp(stream) => stream.poll_read_ready(cx),
+            UpstreamStream::Unix(stream) => stream.poll_read_ready(cx),
+            UpstreamStream::Tls(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Whether an idle connection (no request outstanding) can carry another request: false
+    /// when its peer closed it or sent bytes nobody asked for. Costs no system call unless the
+    /// reactor saw the socket become readable since the last read that drained it (tokio
+    /// clears readiness on a short read), which for an idle connection means EOF or garbage;
+    /// a one-byte `try_read` then tells. A TLS connection asks its TCP socket: readable while
+    /// idle means a close_notify alert or EOF.
+    pub(crate) fn is_reusable(&self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut probe = [0u8; 1];
+        let outcome = match self {
+            UpstreamStream::Tcp(stream) => match stream.poll_read_ready(&mut cx) {
+                Poll::Pending => return true,
+                Poll::Ready(Err(_)) => return false,
+                Poll::Ready(Ok(())) => stream.try_read(&mut probe),
+            },
+            UpstreamStream::Unix(stream) => match stream.poll_read_ready(&mut cx) {
+                Poll::Pending => return true,
+                Poll::Ready(Err(_)) => return false,
+                Poll::Ready(Ok(())) => stream.try_read(&mut probe),
+            },
+            UpstreamStream::Tls(stream) => {
+                // Peek: a TLS record must not be consumed behind rustls' back. Pending
+                // means the readiness was stale (peek hit WouldBlock): still open.
+                let mut peeked = ReadBuf::new(&mut probe);
+                return stream
+                    .get_ref()
+                    .0
+                    .poll_peek(&mut cx, &mut peeked)
+                    .is_pending();
+            }
+        };
+        matches!(outcome, Err(error) if error.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+impl AsyncRead for UpstreamStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            UpstreamStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            UpstreamStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            UpstreamStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamStream::Tcp(s) => s.is_write_vectored(),
+            UpstreamStream::Tls(s) => s.is_write_vectored(),
+            UpstreamStream::Unix(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            UpstreamStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            UpstreamStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}

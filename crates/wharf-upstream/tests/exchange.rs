@@ -1,0 +1,517 @@
+//! Exchanges against scripted upstreams on loopback: framing, reuse, truncation, request
+//! bodies, early answers, interim responses.
+#![allow(clippy::unwrap_used)]
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use wharf_upstream::{Connection, IdlePool, PoolLimits, RequestHead, ResponseBody, UpstreamError};
+
+const LIMITS: PoolLimits = PoolLimits {
+    max_idle_per_key: 4,
+    max_idle_total: 16,
+    idle_timeout: Duration::from_secs(30),
+};
+
+/// A server that runs `script` on every accepted connection and counts connections.
+struct Scripted {
+    addr: std::net::SocketAddr,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Scripted {
+    async fn start<F, Fut>(script: F) -> Scripted
+    where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = connections.clone();
+        let script = Arc::new(script);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(script(stream));
+            }
+        });
+        Scripted { addr, connections }
+    }
+
+    async fn connect(&self) -> Connection {
+        Connection::new(TcpStream::connect(self.addr).await.unwrap())
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// Reads one request head (and nothing more).
+async fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    Some(String::from_utf8(head).unwrap())
+}
+
+fn get_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::HOST,
+        HeaderValue::from_static("upstream.test"),
+    );
+    headers
+}
+
+async fn get(
+    connection: Connection,
+    slot: Option<wharf_upstream::PoolSlot>,
+) -> Result<http::Response<ResponseBody>, wharf_upstream::SendError> {
+    let headers = get_headers();
+    let head = RequestHead {
+        method: &Method::GET,
+        target: "/thing?x=1",
+        headers: &headers,
+    };
+    connection
+        .send(head, std::pin::pin!(Empty::<Bytes>::new()), slot)
+        .await
+}
+
+async fn read_all(body: ResponseBody) -> Result<Vec<u8>, UpstreamError> {
+    let mut body = body;
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
+}
+
+/// Serves `responses` in turn on one connection, one per request head.
+async fn serve_each(mut stream: TcpStream, responses: Vec<&'static [u8]>) {
+    for response in responses {
+        if read_head(&mut stream).await.is_none() {
+            return;
+        }
+        if stream.write_all(response).await.is_err() {
+            return;
+        }
+    }
+    // Keep the connection open until the client closes it.
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+}
+
+#[tokio::test]
+async fn content_length_and_chunked_bodies_reuse_one_connection() {
+    let server = Scripted::start(|stream| {
+        serve_each(
+            stream,
+            vec![
+                b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-one: 1\r\n\r\nhello",
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nx-trailer: t\r\n\r\n",
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+            ],
+        )
+    })
+    .await;
+    let pool = IdlePool::new(LIMITS);
+    let (slot, idle) = pool.check_out("up");
+    assert!(idle.is_none());
+    let response = get(server.connect().await, Some(slot)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-one"], "1");
+    assert_eq!(read_all(response.into_body()).await.unwrap(), b"hello");
+    assert_eq!(
+        pool.idle_count(),
+        1,
+        "a body read to its end returns the connection"
+    );
+
+    let (slot, idle) = pool.check_out("up");
+    let connection = idle.expect("the pooled connection");
+    assert!(connection.is_reused());
+    let response = get(connection, Some(slot)).await.unwrap();
+    assert!(!response.headers().contains_key("content-length"));
+    assert_eq!(read_all(response.into_body()).await.unwrap(), b"abcde");
+
+    let (slot, idle) = pool.check_out("up");
+    let response = get(idle.unwrap(), Some(slot)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert!(response.body().is_end_stream_now());
+    assert_eq!(pool.idle_count(), 1, "an empty body returns it at once");
+    assert_eq!(server.connections(), 1);
+}
+
+/// `is_end_stream` without importing the trait in every assertion.
+trait EndNow {
+    fn is_end_stream_now(&self) -> bool;
+}
+
+impl EndNow for ResponseBody {
+    fn is_end_stream_now(&self) -> bool {
+        http_body::Body::is_end_stream(self)
+    }
+}
+
+#[tokio::test]
+async fn request_heads_go_out_exactly() {
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel();
+    let server = Scripted::start(move |mut stream| {
+        let seen = seen_tx.clone();
+        async move {
+            let head = read_head(&mut stream).await.unwrap();
+            seen.send(head).unwrap();
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        }
+    })
+    .await;
+    let response = get(server.connect().await, None).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        seen_rx.recv().await.unwrap(),
+        "GET /thing?x=1 HTTP/1.1\r\nhost: upstream.test\r\n\r\n"
+    );
+}
+
+#[tokio::test]
+async fn close_delimited_bodies_end_at_eof_and_are_not_reused() {
+    let server = Scripted::start(|mut stream| async move {
+        read_head(&mut stream).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end")
+            .await;
+    })
+    .await;
+    let pool = IdlePool::new(LIMITS);
+    let (slot, _) = pool.check_out("up");
+    let response = get(server.connect().await, Some(slot)).await.unwrap();
+    assert_eq!(
+        read_all(response.into_body()).await.unwrap(),
+        b"until the end"
+    );
+    assert_eq!(pool.idle_count(), 0);
+}
+
+#[tokio::test]
+async fn early_ends_are_errors_not_short_bodies() {
+    let cases: [(&'static [u8], &str); 3] = [
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this",
+            "9 bytes received of 100",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
+            "body ended early: 5 bytes",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhelloXX",
+            "chunked",
+        ),
+    ];
+    for (wire, expected) in cases {
+        let server = Scripted::start(move |mut stream| async move {
+            read_head(&mut stream).await;
+            let _ = stream.write_all(wire).await;
+        })
+        .await;
+        let pool = IdlePool::new(LIMITS);
+        let (slot, _) = pool.check_out("up");
+        let response = get(server.connect().await, Some(slot)).await.unwrap();
+        let error = read_all(response.into_body()).await.unwrap_err();
+        assert!(error.to_string().contains(expected), "{error}");
+        assert_eq!(pool.idle_count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn broken_heads_are_errors() {
+    let cases: [(&'static [u8], &str); 3] = [
+        (b"", "connection closed before a response head (0 bytes"),
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-le",
+            "connection closed before a response head (27",
+        ),
+        (b"HTTP/1.1 two hundred\r\n\r\n", "malformed response head"),
+    ];
+    for (wire, expected) in cases {
+        let server = Scripted::start(move |mut stream| async move {
+            read_head(&mut stream).await;
+            let _ = stream.write_all(wire).await;
+        })
+        .await;
+        let error = get(server.connect().await, None).await.unwrap_err();
+        assert!(
+            error.error.to_string().contains(expected),
+            "{}",
+            error.error
+        );
+        assert!(!error.stale, "a new connection is never stale");
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_connection_closed_by_the_upstream_is_not_handed_out() {
+    let server = Scripted::start(|mut stream| async move {
+        read_head(&mut stream).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+        // Close right after: the keep-alive connection dies while idle in the pool.
+    })
+    .await;
+    let pool = IdlePool::new(LIMITS);
+    let (slot, _) = pool.check_out("up");
+    let response = get(server.connect().await, Some(slot)).await.unwrap();
+    read_all(response.into_body()).await.unwrap();
+    assert_eq!(pool.idle_count(), 1);
+    // The close reaches the reactor shortly; the sweep applies the same check as a call.
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        pool.sweep();
+        if pool.idle_count() == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        pool.idle_count(),
+        0,
+        "a closed idle connection stayed in the pool"
+    );
+    let (_, handed_out) = pool.check_out("up");
+    assert!(handed_out.is_none());
+}
+
+#[tokio::test]
+async fn a_stale_connection_failure_says_so() {
+    // The upstream answers once, then reads the next request and closes without a word.
+    let server = Scripted::start(|mut stream| async move {
+        read_head(&mut stream).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+        read_head(&mut stream).await;
+    })
+    .await;
+    let pool = IdlePool::new(LIMITS);
+    let (slot, _) = pool.check_out("up");
+    let response = get(server.connect().await, Some(slot)).await.unwrap();
+    read_all(response.into_body()).await.unwrap();
+    let (slot, idle) = pool.check_out("up");
+    let error = get(idle.unwrap(), Some(slot)).await.unwrap_err();
+    assert!(error.stale, "{}", error.error);
+}
+
+#[tokio::test]
+async fn bytes_after_the_message_keep_the_connection_out_of_the_pool() {
+    let server = Scripted::start(|stream| {
+        serve_each(
+            stream,
+            vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n"],
+        )
+    })
+    .await;
+    let pool = IdlePool::new(LIMITS);
+    let (slot, _) = pool.check_out("up");
+    let response = get(server.connect().await, Some(slot)).await.unwrap();
+    assert_eq!(read_all(response.into_body()).await.unwrap(), b"ok");
+    assert_eq!(pool.idle_count(), 0);
+}
+
+#[tokio::test]
+async fn interim_responses_are_skipped() {
+    let server = Scripted::start(|stream| {
+        serve_each(
+            stream,
+            vec![b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </s>\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 1\r\n\r\n!"],
+        )
+    })
+    .await;
+    let response = get(server.connect().await, None).await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert_eq!(read_all(response.into_body()).await.unwrap(), b"!");
+}
+
+/// Echoes the request body's framing and length: reads a head, then the body by
+/// content-length or chunked, and answers `len=N`.
+async fn body_echo(mut stream: TcpStream) {
+    let Some(head) = read_head(&mut stream).await else {
+        return;
+    };
+    let lower = head.to_ascii_lowercase();
+    let mut body = Vec::new();
+    if let Some(pos) = lower.find("content-length: ") {
+        let len: usize = lower[pos + 16..]
+            .split("\r\n")
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        body.resize(len, 0);
+        stream.read_exact(&mut body).await.unwrap();
+    } else if lower.contains("transfer-encoding: chunked") {
+        let mut raw = Vec::new();
+        let mut byte = [0u8; 1];
+        while !raw.ends_with(b"0\r\n\r\n") {
+            stream.read_exact(&mut byte).await.unwrap();
+            raw.push(byte[0]);
+        }
+        body = raw;
+    }
+    let answer = format!(
+        "framing={} len={}",
+        if lower.contains("chunked") {
+            "chunked"
+        } else {
+            "length"
+        },
+        body.len()
+    );
+    let response = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{answer}",
+        answer.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+}
+
+#[tokio::test]
+async fn request_bodies_by_length_and_chunked() {
+    let server = Scripted::start(body_echo).await;
+    let headers = get_headers();
+    let post = RequestHead {
+        method: &Method::POST,
+        target: "/in",
+        headers: &headers,
+    };
+    let response = server
+        .connect()
+        .await
+        .send(
+            post,
+            std::pin::pin!(Full::new(Bytes::from_static(b"0123456789"))),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        read_all(response.into_body()).await.unwrap(),
+        b"framing=length len=10"
+    );
+
+    let chunks = futures_stream(vec![b"abc".as_slice(), b"defg".as_slice()]);
+    let response = server
+        .connect()
+        .await
+        .send(post, std::pin::pin!(chunks), None)
+        .await
+        .unwrap();
+    // "3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n" is 22 bytes on the wire.
+    assert_eq!(
+        read_all(response.into_body()).await.unwrap(),
+        b"framing=chunked len=22"
+    );
+}
+
+/// A body of unknown length made of `parts`.
+fn futures_stream(
+    parts: Vec<&'static [u8]>,
+) -> StreamBody<impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>>> {
+    StreamBody::new(futures_util::stream::iter(
+        parts
+            .into_iter()
+            .map(|part| Ok(Frame::data(Bytes::from_static(part)))),
+    ))
+}
+
+#[tokio::test]
+async fn an_upstream_that_answers_before_taking_the_body_is_heard() {
+    let server = Scripted::start(|mut stream| async move {
+        read_head(&mut stream).await;
+        let _ = stream
+            .write_all(
+                b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            )
+            .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    })
+    .await;
+    let headers = get_headers();
+    let post = RequestHead {
+        method: &Method::POST,
+        target: "/upload",
+        headers: &headers,
+    };
+    // A body that never ends: only the early answer can finish the call.
+    let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+    let body = StreamBody::new(tokio_stream_from(rx));
+    let response = tokio::time::timeout(
+        Duration::from_secs(3),
+        server
+            .connect()
+            .await
+            .send(post, std::pin::pin!(body), None),
+    )
+    .await
+    .expect("the early answer ends the call")
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// A receiver as a stream.
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn idle_connections_are_bounded() {
+    let server = Scripted::start(|stream| {
+        serve_each(
+            stream,
+            vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"],
+        )
+    })
+    .await;
+    let pool = IdlePool::new(LIMITS);
+    // Slots first (the pool is empty), then the calls: each returns its connection.
+    let slots: Vec<_> = (0..LIMITS.max_idle_per_key + 2)
+        .map(|_| pool.check_out("up").0)
+        .collect();
+    for slot in slots {
+        drop(get(server.connect().await, Some(slot)).await.unwrap());
+    }
+    assert_eq!(pool.idle_count(), LIMITS.max_idle_per_key);
+    let short = IdlePool::new(PoolLimits {
+        idle_timeout: Duration::from_millis(50),
+        ..LIMITS
+    });
+    let (slot, _) = short.check_out("up");
+    drop(get(server.connect().await, Some(slot)).await.unwrap());
+    assert_eq!(short.idle_count(), 1);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    short.sweep();
+    assert_eq!(short.idle_count(), 0, "idle past the timeout: closed");
+}
