@@ -7,7 +7,7 @@
 //! phase names are a stable catalogue (docs/tracing.md), like the ETW event
 //! names seeds 003 and 004 relied on.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -123,12 +123,17 @@ pub fn enter_phase<B>(request: &http::Request<B>, phase: Phase) {
     }
 }
 
+/// Shards of the in-flight list: calls on different worker threads rarely
+/// meet on one lock.
+const SHARDS: usize = 16;
+
 /// The calls in flight on a host.
 #[derive(Debug, Default)]
 pub struct Inflight {
     next_id: AtomicU64,
-    /// id → entry; ids grow, so iteration order is oldest first.
-    calls: Mutex<BTreeMap<u64, Arc<CallEntry>>>,
+    /// id → entry, by `id % SHARDS`. Maps keep their capacity, so a warm
+    /// host registers a call without allocating for the list.
+    shards: [Mutex<HashMap<u64, Arc<CallEntry>>>; SHARDS],
 }
 
 /// One row of `/debug/inflight`.
@@ -165,7 +170,7 @@ impl Inflight {
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Received as u8),
         });
-        self.lock().insert(id, entry.clone());
+        self.shard(id).insert(id, entry.clone());
         let guard = InflightGuard {
             inflight: self.clone(),
             id,
@@ -173,15 +178,22 @@ impl Inflight {
         (CallContext { entry }, guard)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<CallEntry>>> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    fn shard(&self, id: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<CallEntry>>> {
+        self.shards[(id % SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The calls in flight now, oldest first.
     pub fn snapshot(&self) -> Vec<InflightCall> {
         let now = Instant::now();
-        self.lock()
-            .values()
+        let mut entries: Vec<Arc<CallEntry>> = (0..SHARDS as u64)
+            .flat_map(|shard| self.shard(shard).values().cloned().collect::<Vec<_>>())
+            .collect();
+        // Ids grow with time: by id is oldest first.
+        entries.sort_unstable_by_key(|entry| entry.id);
+        entries
+            .iter()
             .map(|entry| InflightCall {
                 id: entry.id,
                 service: entry.service.to_string(),
@@ -198,7 +210,9 @@ impl Inflight {
 
     /// Number of calls in flight.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        (0..SHARDS as u64)
+            .map(|shard| self.shard(shard).len())
+            .sum()
     }
 
     /// Whether no call is in flight.
@@ -216,7 +230,7 @@ pub(crate) struct InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        self.inflight.lock().remove(&self.id);
+        self.inflight.shard(self.id).remove(&self.id);
     }
 }
 

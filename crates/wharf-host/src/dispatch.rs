@@ -6,7 +6,6 @@ use std::convert::Infallible;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use std::sync::Arc;
-use tower::ServiceExt;
 
 use crate::body::{guard_body, ResponseBody};
 use crate::call::ClientAddr;
@@ -62,10 +61,9 @@ async fn route(dispatcher: &Dispatcher, request: Request<Incoming>) -> Response<
             &format!("no service at {}", request.uri().path()),
         );
     };
-    match mounted.service.clone().oneshot(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
+    let call = mounted.service.call(request);
+    drop(registry);
+    call.await
 }
 
 /// Size of the request line and headers as sent (approximately, for h2).

@@ -1,12 +1,12 @@
 //! The service host: listeners, sessions, dispatch to services by path,
 //! the host's qualities around every service, and the admin endpoints.
 //!
-//! A service is any tower service from `Request<Incoming>` to
-//! `Response<ResponseBody>` that never fails (errors are responses): the
-//! built-in proxy is one, and a program embedding wharf mounts its own the
-//! same way with [`HostBuilder::mount`], getting the same bulkhead,
-//! counters, tracing and lifecycle ([`stack`]). Services never know about
-//! each other.
+//! A service is a [`HostService`]: a function from `Request<Incoming>` to
+//! a future of `Response<ResponseBody>` that never fails (errors are
+//! responses). The built-in proxy is one, and a program embedding wharf
+//! mounts its own the same way with [`HostBuilder::mount`], getting the same
+//! bulkhead, counters, tracing and lifecycle (`stack.rs`, `layers/`).
+//! Services never know about each other.
 //!
 //! Main types: [`HostBuilder`] → [`Host`] (bound, not yet serving) →
 //! [`Host::run`]; [`Mount`] says which requests reach a service;

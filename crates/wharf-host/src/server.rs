@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -492,41 +493,73 @@ where
     });
     let connection = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(connection);
+    let stop_signal = stop.changed();
+    tokio::pin!(stop_signal);
+    // Stays `false` once the drain signal fired or can no longer fire.
+    let mut watch_stop = true;
     let mut closing = false;
-    loop {
-        let wake = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
+    let first_due = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
+        Verdict::WaitUntil(instant) => instant,
+        _ => tokio::time::Instant::now(),
+    };
+    let timer = tokio::time::sleep_until(first_due);
+    tokio::pin!(timer);
+    let mut seen_generation = clock.generation();
+    std::future::poll_fn(|cx| loop {
+        if let Poll::Ready(result) = connection.as_mut().poll(cx) {
+            if let Err(error) = result {
+                debug!(peer = %peer_label, error = %error, "connection ended with error");
+            }
+            return Poll::Ready(());
+        }
+        if watch_stop {
+            if let Poll::Ready(changed) = stop_signal.as_mut().poll(cx) {
+                watch_stop = false;
+                if changed.is_ok() && !closing {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                    continue;
+                }
+            }
+        }
+        // A deadline only comes closer through something the connection
+        // just did in this task: move the timer then, never on every poll.
+        let generation = clock.generation();
+        if generation != seen_generation {
+            seen_generation = generation;
+            if let Verdict::WaitUntil(due) =
+                clock.check(limits.header_read_timeout, limits.idle_timeout)
+            {
+                if due < timer.deadline() {
+                    timer.as_mut().reset(due);
+                }
+            }
+        }
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        // The timer fired: a deadline passed, or it was set for one that has
+        // moved later since; look again.
+        let next = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
             Verdict::WaitUntil(instant) => instant,
             Verdict::HeadTimedOut => {
                 debug!(peer = %peer_label, "request head not received within header_read_timeout; closing");
-                return;
+                return Poll::Ready(());
             }
             Verdict::WriteStalled => {
                 debug!(peer = %peer_label, "response not read by the client within idle_timeout; closing");
-                return;
+                return Poll::Ready(());
             }
-            Verdict::Idle if closing => tokio::time::Instant::now() + limits.idle_timeout,
             Verdict::Idle => {
-                debug!(peer = %peer_label, "idle_timeout; closing");
-                closing = true;
-                connection.as_mut().graceful_shutdown();
-                continue;
-            }
-        };
-        tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(error) = result {
-                    debug!(peer = %peer_label, error = %error, "connection ended with error");
-                }
-                return;
-            }
-            changed = stop.changed(), if !closing => {
-                if changed.is_ok() {
+                if !closing {
+                    debug!(peer = %peer_label, "idle_timeout; closing");
                     closing = true;
                     connection.as_mut().graceful_shutdown();
                 }
+                tokio::time::Instant::now() + limits.idle_timeout
             }
-            () = tokio::time::sleep_until(wake) => {}
-            () = clock.changed() => {}
-        }
-    }
+        };
+        timer.as_mut().reset(next);
+    })
+    .await;
 }

@@ -1,22 +1,47 @@
 //! What a hosted service is, and how to make one from an async function.
 
-use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use tower::util::BoxCloneSyncService;
 
 use crate::body::ResponseBody;
+
+/// The future of one call: a response, always (errors are responses too).
+pub type CallFuture = Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>;
 
 /// A hosted service: answers every request with a response (errors are
 /// responses too, built with [`crate::error::json_error`]).
 ///
-/// It must be always ready and lazy: `call` only builds the future, and
-/// the work starts when it is polled. The host's layers rely on this: the
-/// bulkhead creates the inner future at once and polls it only after a
-/// slot is taken. [`handler`] makes such services.
-pub type HostService = BoxCloneSyncService<Request<Incoming>, Response<ResponseBody>, Infallible>;
+/// Calling it takes `&self` and costs one reference-counted handle, never a
+/// copy of the service: the host dispatches every request through it. Its
+/// work starts when the returned future is first polled.
+/// [`handler`] makes one from an async function.
+#[derive(Clone)]
+pub struct HostService(Arc<dyn Fn(Request<Incoming>) -> CallFuture + Send + Sync>);
+
+impl HostService {
+    /// A service from a function that returns each call's future.
+    pub fn new<F>(call: F) -> Self
+    where
+        F: Fn(Request<Incoming>) -> CallFuture + Send + Sync + 'static,
+    {
+        Self(Arc::new(call))
+    }
+
+    /// Starts one call.
+    pub fn call(&self, request: Request<Incoming>) -> CallFuture {
+        (self.0)(request)
+    }
+}
+
+impl std::fmt::Debug for HostService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HostService")
+    }
+}
 
 /// Makes a [`HostService`] from an async function.
 ///
@@ -26,11 +51,8 @@ pub type HostService = BoxCloneSyncService<Request<Incoming>, Response<ResponseB
 /// ```
 pub fn handler<F, Fut>(f: F) -> HostService
 where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ResponseBody>> + Send + 'static,
 {
-    BoxCloneSyncService::new(tower::service_fn(move |request| {
-        let response = f(request);
-        async move { Ok::<_, Infallible>(response.await) }
-    }))
+    HostService::new(move |request| Box::pin(f(request)))
 }

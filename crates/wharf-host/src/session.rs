@@ -11,6 +11,11 @@
 //! client stopped reading) for `idle_timeout` has its connection cut. Only
 //! reads that start a request, writes that block, and the end of a call
 //! read the clock.
+//!
+//! Everything that moves a deadline happens in the connection's own task
+//! (reads, writes, the end of a response body), so the watchdog, polled in
+//! that task too, needs no notification: it sees a new `generation` after
+//! polling the connection and moves its timer if a deadline came closer.
 
 use std::io;
 use std::pin::Pin;
@@ -20,7 +25,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Marks "no request head is being read".
@@ -36,9 +40,9 @@ pub(crate) struct SessionClock {
     /// Since when a write has been blocked (socket buffer full because the
     /// client does not read); `NO_HEAD` when writes make progress.
     write_blocked_ms: AtomicU64,
-    /// Wakes the watchdog when its deadline may have moved (a call ended,
-    /// a new request head started).
-    changed: Notify,
+    /// Bumped whenever a deadline may have moved (a call ended, a request
+    /// head started, a write blocked).
+    generation: AtomicU64,
 }
 
 impl SessionClock {
@@ -50,7 +54,7 @@ impl SessionClock {
             head_started_ms: AtomicU64::new(0),
             calls_in_flight: AtomicUsize::new(0),
             write_blocked_ms: AtomicU64::new(NO_HEAD),
-            changed: Notify::new(),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -77,8 +81,17 @@ impl SessionClock {
             Ordering::Relaxed,
         );
         if started.is_ok() {
-            self.changed.notify_one();
+            self.bump();
         }
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Changes whenever a deadline may have moved.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// A write could not proceed: start the stall timer (the clock is read
@@ -94,7 +107,7 @@ impl SessionClock {
             Ordering::Relaxed,
         );
         if blocked.is_ok() {
-            self.changed.notify_one();
+            self.bump();
         }
     }
 
@@ -117,11 +130,6 @@ impl SessionClock {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_started_ms.store(NO_HEAD, Ordering::Release);
         CallOnSession(self.clone())
-    }
-
-    /// Resolves when a deadline may have moved.
-    pub(crate) async fn changed(&self) {
-        self.changed.notified().await;
     }
 
     /// What the watchdog should do now, or when to look again.
@@ -184,7 +192,7 @@ impl Drop for CallOnSession {
     fn drop(&mut self) {
         self.0.call_ended();
         self.0.calls_in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
+        self.0.bump();
     }
 }
 

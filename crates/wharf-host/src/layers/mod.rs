@@ -1,12 +1,8 @@
-//! The host's qualities as tower layers, one file each, applied to every
-//! service by [`crate::stack::hosted`].
+//! The host's qualities, one file each, applied to every service by
+//! [`crate::stack`]: each part starts with the call and leaves a guard that
+//! lives as long as the call's response body, so slots, counters and the
+//! in-flight list end when the client has the whole response (or left).
 
 pub mod count;
 pub mod throttle;
 pub mod trace;
-
-use std::future::Future;
-use std::pin::Pin;
-
-/// The future type of the layers' services.
-pub(crate) type CallFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;

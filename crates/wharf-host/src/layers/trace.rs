@@ -2,28 +2,20 @@
 //! `method`, `target`) and an entry in `/debug/inflight`, which it leaves
 //! when its response body is done.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
-use tower::{Layer, Service};
-use tracing::Instrument;
+use http::Request;
 
-use crate::body::{guard_body, ResponseBody};
 use crate::call::{CallContext, Inflight, InflightGuard, Phase};
-use crate::layers::CallFuture;
-use crate::service::HostService;
 
 /// Traces a service's calls.
 #[derive(Clone)]
-pub struct TraceLayer {
+pub struct Trace {
     service: Arc<str>,
     inflight: Arc<Inflight>,
 }
 
-impl TraceLayer {
+impl Trace {
     /// Traces calls of `service`, listing them in `inflight`.
     pub fn new(service: &str, inflight: Arc<Inflight>) -> Self {
         Self {
@@ -31,52 +23,10 @@ impl TraceLayer {
             inflight,
         }
     }
-}
 
-impl Layer<HostService> for TraceLayer {
-    type Service = Trace;
-
-    fn layer(&self, inner: HostService) -> Trace {
-        Trace {
-            inner,
-            service: self.service.clone(),
-            inflight: self.inflight.clone(),
-        }
-    }
-}
-
-/// A traced service.
-#[derive(Clone)]
-pub struct Trace {
-    inner: HostService,
-    service: Arc<str>,
-    inflight: Arc<Inflight>,
-}
-
-/// Closes the call's record when the body is done.
-struct TraceDone {
-    call: CallContext,
-    span: tracing::Span,
-    _inflight: InflightGuard,
-}
-
-impl Drop for TraceDone {
-    fn drop(&mut self) {
-        let _entered = self.span.enter();
-        self.call.enter(Phase::BodyDone);
-    }
-}
-
-impl Service<Request<Incoming>> for Trace {
-    type Response = Response<ResponseBody>;
-    type Error = Infallible;
-    type Future = CallFuture<Result<Response<ResponseBody>, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+    /// Registers the call, opens its span and puts its [`CallContext`] in
+    /// the request's extensions for the service to report phases.
+    pub(crate) fn begin<B>(&self, request: &mut Request<B>) -> CallTrace {
         let (call, guard) =
             self.inflight
                 .begin(self.service.clone(), request.method(), request.uri());
@@ -88,16 +38,37 @@ impl Service<Request<Incoming>> for Trace {
             target = %request.uri(),
         );
         request.extensions_mut().insert(call.clone());
-        let inner = self.inner.call(request);
-        Box::pin(async move {
-            let response = inner.instrument(span.clone()).await?;
-            span.in_scope(|| call.enter(Phase::Body));
-            let done = TraceDone {
-                call,
-                span,
-                _inflight: guard,
-            };
-            Ok(guard_body(response, done))
-        })
+        CallTrace {
+            call,
+            span,
+            _inflight: guard,
+        }
+    }
+}
+
+/// One traced call; its `body_done` phase and the end of its in-flight
+/// entry come when it is dropped.
+pub(crate) struct CallTrace {
+    call: CallContext,
+    span: tracing::Span,
+    _inflight: InflightGuard,
+}
+
+impl CallTrace {
+    /// The call's context.
+    pub(crate) fn call(&self) -> &CallContext {
+        &self.call
+    }
+
+    /// The call's span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+}
+
+impl Drop for CallTrace {
+    fn drop(&mut self) {
+        let _entered = self.span.enter();
+        self.call.enter(Phase::BodyDone);
     }
 }
