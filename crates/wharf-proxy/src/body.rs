@@ -17,6 +17,7 @@ use wharf_host::body::{full, BoxError, ResponseBody};
 use wharf_upstream::ResponseBody as UpstreamBody;
 
 use crate::error::{error_chain, ProxyError};
+use crate::target::Target;
 
 pin_project_lite::pin_project! {
     /// An origin body relayed as it arrives, failing once `deadline` passes
@@ -26,7 +27,7 @@ pin_project_lite::pin_project! {
         inner: UpstreamBody,
         #[pin]
         deadline: Sleep,
-        origin: String,
+        target: Arc<Target>,
         total_timeout: Duration,
         received: u64,
         // The first frame, read ahead by `read_first_frame`; handed out first.
@@ -39,14 +40,14 @@ pin_project_lite::pin_project! {
 impl OriginBody {
     pub(crate) fn new(
         inner: UpstreamBody,
-        origin: String,
+        target: Arc<Target>,
         deadline: Instant,
         total_timeout: Duration,
     ) -> Self {
         Self {
             inner,
             deadline: tokio::time::sleep_until(deadline),
-            origin,
+            target,
             total_timeout,
             received: 0,
             ahead: None,
@@ -95,7 +96,7 @@ impl Body for OriginBody {
                     Some(Ok(frame))
                 }
                 Some(Err(error)) => Some(Err(ProxyError::OriginBody {
-                    origin: this.origin.clone(),
+                    origin: this.target.label.clone(),
                     received: *this.received,
                     message: error_chain(&error),
                 })),
@@ -104,7 +105,7 @@ impl Body for OriginBody {
         }
         ready!(this.deadline.poll(cx));
         Poll::Ready(Some(Err(ProxyError::OriginTimeout {
-            origin: this.origin.clone(),
+            origin: this.target.label.clone(),
             what: "body not complete",
             after: *this.total_timeout,
         })))

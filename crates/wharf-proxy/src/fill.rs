@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use tracing::{debug, Instrument};
-use url::Url;
 use wharf_cache::shared::Lease;
 use wharf_cache::{
     CachedResponse, FillRegistry, FillWriter, LeaseOutcome, MemoryCache, PushOutcome, ResponseHead,
@@ -30,15 +29,16 @@ use wharf_host::metrics::UpstreamMetrics;
 use crate::body::OriginBody;
 use crate::error::ProxyError;
 use crate::headers::{declared_length, not_cacheable_reason, relayed_headers};
-use crate::origin::{origin_label, Origin};
+use crate::origin::Origin;
+use crate::target::Target;
 
 /// Everything a fill task needs, owned so the task outlives the call.
 pub(crate) struct FillJob {
     pub(crate) origin: Origin,
     pub(crate) cache: Arc<MemoryCache>,
     pub(crate) fills: Arc<FillRegistry>,
-    pub(crate) key: String,
-    pub(crate) target: Url,
+    /// The checked destination; its URL is the cache key.
+    pub(crate) target: Arc<Target>,
     pub(crate) ttl: Duration,
     pub(crate) max_object_bytes: u64,
     pub(crate) total_timeout: Duration,
@@ -74,7 +74,7 @@ enum Plan {
 impl FillJob {
     /// Starts the fill in its own task.
     pub(crate) fn spawn(self, writer: FillWriter) {
-        let span = tracing::debug_span!("fill", key = %self.key);
+        let span = tracing::debug_span!("fill", key = %self.target.key());
         tokio::spawn(self.run(writer).instrument(span));
     }
 
@@ -83,13 +83,12 @@ impl FillJob {
         let mut lease = match self.plan().await {
             Plan::Entry(entry, source) => {
                 self.serve_entry(writer, entry, source).await;
-                self.fills.remove(&self.key, &fill);
+                self.fills.remove(self.target.key(), &fill);
                 return;
             }
             Plan::Origin(lease) => lease,
         };
         let deadline = tokio::time::Instant::now() + self.total_timeout;
-        let origin = origin_label(&self.target);
         let outcome =
             tokio::time::timeout_at(deadline, self.fetch_into(&writer, deadline, &mut lease)).await;
         match outcome {
@@ -108,7 +107,8 @@ impl FillJob {
                     );
                     // Insert before unregistering: a call arriving in
                     // between finds either the fill or the entry.
-                    self.cache.insert(self.key.clone(), entry.clone());
+                    self.cache
+                        .insert(self.target.key().to_owned(), entry.clone());
                     self.write_through(entry, lease.take());
                 }
             }
@@ -120,14 +120,14 @@ impl FillJob {
             Err(_elapsed) => {
                 debug!("fill timed out");
                 writer.fail(Arc::new(ProxyError::OriginTimeout {
-                    origin,
+                    origin: self.target.label.clone(),
                     what: "body not complete",
                     after: self.total_timeout,
                 }));
             }
         }
         self.release(&mut lease);
-        self.fills.remove(&self.key, &fill);
+        self.fills.remove(self.target.key(), &fill);
     }
 
     /// Asks the shared tier (if any) whether to serve its entry, wait for another
@@ -140,7 +140,7 @@ impl FillJob {
         let mut waited = false;
         loop {
             match shared
-                .lookup_or_lease(&self.key, self.lease_ttl, self.max_object_bytes)
+                .lookup_or_lease(self.target.key(), self.lease_ttl, self.max_object_bytes)
                 .await
             {
                 LeaseOutcome::Found(entry) => {
@@ -159,7 +159,7 @@ impl FillJob {
             }
             waited = true;
             match shared
-                .wait(&self.key, self.max_object_bytes, wait_until)
+                .wait(self.target.key(), self.max_object_bytes, wait_until)
                 .await
             {
                 WaitOutcome::Found(entry) => {
@@ -186,7 +186,8 @@ impl FillJob {
         }
         if writer.finish().is_some() {
             debug!(bytes = entry.body_len, "shared entry promoted into memory");
-            self.cache.insert(self.key.clone(), Arc::new(entry));
+            self.cache
+                .insert(self.target.key().to_owned(), Arc::new(entry));
         }
     }
 
@@ -196,7 +197,7 @@ impl FillJob {
         let Some(shared) = self.shared.clone() else {
             return;
         };
-        let key = self.key.clone();
+        let key = self.target.key().to_owned();
         tokio::spawn(
             async move {
                 shared.put(&key, &entry).await;
@@ -242,11 +243,10 @@ impl FillJob {
         if reason.is_some() {
             // Later calls must not wait on a fill they cannot join, nor other instances
             // on an entry that will not come.
-            self.fills.remove(&self.key, writer.fill());
+            self.fills.remove(self.target.key(), writer.fill());
             self.release(lease);
         }
-        let origin = origin_label(&self.target);
-        let body = OriginBody::new(incoming, origin.clone(), deadline, self.total_timeout);
+        let body = OriginBody::new(incoming, self.target.clone(), deadline, self.total_timeout);
         tokio::pin!(body);
         let mut received = 0u64;
         let mut was_committable = reason.is_none();
@@ -261,13 +261,13 @@ impl FillJob {
             }
             if was_committable && !writer.is_committable() {
                 was_committable = false;
-                self.fills.remove(&self.key, writer.fill());
+                self.fills.remove(self.target.key(), writer.fill());
                 self.release(lease);
             }
         }
         if let Some(expected) = expected_len.filter(|&expected| expected != received) {
             return Err(ProxyError::OriginBody {
-                origin,
+                origin: self.target.label.clone(),
                 received,
                 message: format!("content-length was {expected}"),
             });

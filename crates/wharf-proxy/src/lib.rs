@@ -2,7 +2,8 @@
 //! `GET {path}?url=<absolute URL>&cacheDuration=<seconds>`.
 //!
 //! A call is parsed ([`request`]), its destination checked before and after
-//! name resolution ([`destination`], [`connector`]), then served from the
+//! name resolution ([`destination`], [`connector`]; checked targets are
+//! remembered by raw `url` value, `target.rs`), then served from the
 //! memory cache, from a fill in progress (coalesced), from a new fill that
 //! streams to the client while it is cached, or passed through. Errors map
 //! to statuses in one place ([`error`]).
@@ -19,6 +20,7 @@ pub mod headers;
 mod origin;
 pub mod request;
 mod service;
+mod target;
 
 pub use error::ProxyError;
 pub use service::{CacheResult, ProxyService};

@@ -9,23 +9,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Method, Response};
-use http_body_util::Empty;
+use http::Response;
 use rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 use tracing::debug;
-use url::{Position, Url};
+use url::Url;
 use wharf_config::ProxyConfig;
-use wharf_upstream::{Connection, IdlePool, PoolLimits, RequestHead, ResponseBody};
+use wharf_upstream::{Connection, IdlePool, PoolLimits, ResponseBody};
 
 use crate::connector::{ConnectError, GuardedConnector};
 use crate::destination::DestinationPolicy;
 use crate::error::{error_chain, ProxyError};
-
-/// Sent as `user-agent`: no client header is forwarded to origins (no
-/// cookies, credentials or encodings), so the origin sees only wharf.
-const USER_AGENT: &str = concat!("wharf/", env!("CARGO_PKG_VERSION"));
+use crate::target::Target;
 
 /// Idle keep-alive connections kept per origin. Without a bound, a burst
 /// of slow calls (1000 in bench/compare.sh) leaves hundreds of idle
@@ -74,61 +69,43 @@ impl Origin {
 
     /// Sends `GET target` and waits for the response head, at most
     /// `first_byte_timeout` (which includes connecting).
-    pub(crate) async fn fetch(&self, target: &Url) -> Result<Response<ResponseBody>, ProxyError> {
+    pub(crate) async fn fetch(
+        &self,
+        target: &Target,
+    ) -> Result<Response<ResponseBody>, ProxyError> {
         let timeout = self.inner.first_byte_timeout;
         match tokio::time::timeout(timeout, self.exchange(target)).await {
             Ok(result) => result,
             Err(_elapsed) => Err(ProxyError::OriginTimeout {
-                origin: origin_label(target),
+                origin: target.label.clone(),
                 what: "no response headers",
                 after: timeout,
             }),
         }
     }
 
-    async fn exchange(&self, target: &Url) -> Result<Response<ResponseBody>, ProxyError> {
-        // Checked targets are absolute http(s) URLs with a host: these slices exist.
-        let key = &target[..Position::BeforePath];
-        let path_and_query = &target[Position::BeforePath..Position::AfterQuery];
-        let mut headers = HeaderMap::with_capacity(2);
-        let host = HeaderValue::from_str(&target[Position::BeforeHost..Position::AfterPort])
-            .map_err(|_| ProxyError::OriginUnavailable {
-                origin: origin_label(target),
-                message: "host is not a valid header value".to_owned(),
-            })?;
-        headers.insert(header::HOST, host);
-        headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
-        let head = RequestHead {
-            method: &Method::GET,
-            target: if path_and_query.is_empty() {
-                "/"
-            } else {
-                path_and_query
-            },
-            headers: &headers,
-        };
-        let (slot, idle) = self.inner.pool.check_out(key);
+    async fn exchange(&self, target: &Target) -> Result<Response<ResponseBody>, ProxyError> {
+        let (slot, idle) = self.inner.pool.check_out(target.pool_key());
         let mut connection = match idle {
             Some(connection) => connection,
-            None => self.connect(target).await?,
+            None => self.connect(&target.url).await?,
         };
-        let mut no_body = std::pin::pin!(Empty::<Bytes>::new());
         loop {
             let reused = connection.is_reused();
             match connection
-                .send(head, no_body.as_mut(), Some(slot.clone()))
+                .send_encoded(&target.request, Some(slot.clone()))
                 .await
             {
                 Ok(response) => return Ok(response),
                 // The origin closed a pooled connection while it was idle: a GET goes
                 // again, once, on a new connection (a new one is never stale).
                 Err(failure) if failure.stale && reused => {
-                    debug!(origin = key, error = %failure.error, "pooled origin connection was closed; reconnecting");
-                    connection = self.connect(target).await?;
+                    debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
+                    connection = self.connect(&target.url).await?;
                 }
                 Err(failure) => {
                     return Err(ProxyError::OriginUnavailable {
-                        origin: origin_label(target),
+                        origin: target.label.clone(),
                         message: error_chain(&failure.error),
                     })
                 }

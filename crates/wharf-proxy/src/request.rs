@@ -18,46 +18,78 @@ impl ProxyRequest {
     /// Parses `url` and `cacheDuration` from a raw query string.
     /// Other parameters are ignored, as clients add cache-busters.
     pub fn from_query(query: Option<&str>) -> Result<ProxyRequest, ProxyError> {
-        let mut raw_url = None;
-        let mut raw_duration = None;
-        for pair in query.unwrap_or("").split('&') {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let slot = match name {
-                "url" => &mut raw_url,
-                "cacheDuration" => &mut raw_duration,
-                _ => continue,
-            };
-            let name = if name == "url" {
-                "url"
-            } else {
-                "cacheDuration"
-            };
-            if slot.is_some() {
-                return Err(ProxyError::Repeated(name));
-            }
-            *slot = Some(decode(name, value)?);
-        }
-        let raw_url = raw_url.ok_or(ProxyError::MissingUrl)?;
-        let target = parse_target(&raw_url).map_err(|source| ProxyError::Target {
-            url: raw_url.clone(),
-            source,
-        })?;
-        let cache_duration = match raw_duration.as_deref() {
-            None | Some("") => 0,
-            Some(text) if text.bytes().all(|b| b.is_ascii_digit()) && text.len() <= 10 => text
-                .parse()
-                .map_err(|_| ProxyError::CacheDuration(text.to_owned()))?,
-            Some(text) => return Err(ProxyError::CacheDuration(text.to_owned())),
-        };
+        let raw = RawQuery::parse(query)?;
         Ok(ProxyRequest {
-            target,
-            cache_duration,
+            target: raw.target()?,
+            cache_duration: raw.cache_duration,
         })
     }
 
     /// The cache key: the normalised URL (cacheDuration is not part of it).
     pub fn cache_key(&self) -> &str {
         self.target.as_str()
+    }
+}
+
+/// The query read but `url` not yet decoded nor parsed: the first, cheap step, after which
+/// the proxy looks the raw `url` up among targets it has already checked.
+#[derive(Debug, Clone, Copy)]
+pub struct RawQuery<'q> {
+    /// The `url` value as sent (still percent-encoded).
+    pub url: &'q str,
+    /// Seconds to cache for; 0 means pass-through.
+    pub cache_duration: u64,
+}
+
+impl<'q> RawQuery<'q> {
+    /// Finds `url` and `cacheDuration` (each at most once) and reads `cacheDuration`.
+    pub fn parse(query: Option<&'q str>) -> Result<RawQuery<'q>, ProxyError> {
+        let mut raw_url = None;
+        let mut raw_duration = None;
+        for pair in query.unwrap_or("").split('&') {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let (slot, name) = match name {
+                "url" => (&mut raw_url, "url"),
+                "cacheDuration" => (&mut raw_duration, "cacheDuration"),
+                _ => continue,
+            };
+            if slot.is_some() {
+                return Err(ProxyError::Repeated(name));
+            }
+            *slot = Some(value);
+        }
+        let url = raw_url.ok_or(ProxyError::MissingUrl)?;
+        let cache_duration = match raw_duration {
+            None => 0,
+            // Plain digits need no decoding (the common case).
+            Some(text) if !text.contains(['%', '+']) => parse_duration(text)?,
+            Some(text) => parse_duration(&decode("cacheDuration", text)?)?,
+        };
+        Ok(RawQuery {
+            url,
+            cache_duration,
+        })
+    }
+
+    /// Decodes and parses `url` into a normalised target (not yet checked against the
+    /// destination policy).
+    pub fn target(&self) -> Result<Url, ProxyError> {
+        let decoded = decode("url", self.url)?;
+        parse_target(&decoded).map_err(|source| ProxyError::Target {
+            url: decoded.clone(),
+            source,
+        })
+    }
+}
+
+/// Whole seconds, up to 10 digits; empty is 0.
+fn parse_duration(text: &str) -> Result<u64, ProxyError> {
+    match text {
+        "" => Ok(0),
+        _ if text.bytes().all(|b| b.is_ascii_digit()) && text.len() <= 10 => text
+            .parse()
+            .map_err(|_| ProxyError::CacheDuration(text.to_owned())),
+        _ => Err(ProxyError::CacheDuration(text.to_owned())),
     }
 }
 

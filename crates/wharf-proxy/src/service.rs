@@ -22,8 +22,9 @@ use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
 use crate::fill::{FillJob, FillSource};
 use crate::headers::relayed_headers;
-use crate::origin::{origin_label, Origin};
-use crate::request::ProxyRequest;
+use crate::origin::Origin;
+use crate::request::RawQuery;
+use crate::target::{Target, TargetMemo};
 
 /// Response header telling how the call was served.
 const X_CACHE: &str = "x-cache";
@@ -68,6 +69,8 @@ struct Inner {
     cache_metrics: CacheMetrics,
     upstream_metrics: UpstreamMetrics,
     policy: Arc<DestinationPolicy>,
+    /// Targets already parsed and allowed by `policy`, by raw `url` value.
+    targets: TargetMemo,
     origin: Origin,
     cache: Arc<MemoryCache>,
     fills: Arc<FillRegistry>,
@@ -130,6 +133,7 @@ impl ProxyService {
                 upstream_metrics: metrics.upstream(name, "origin"),
                 origin: Origin::new(config, policy.clone()),
                 policy,
+                targets: TargetMemo::new(),
                 cache,
                 fills: Arc::new(FillRegistry::new()),
                 max_ttl: config.max_ttl,
@@ -177,20 +181,16 @@ impl Inner {
         if request.method() != Method::GET {
             return Err(ProxyError::Method(request.method().clone()));
         }
-        let call = ProxyRequest::from_query(request.uri().query())?;
+        let raw = RawQuery::parse(request.uri().query())?;
+        let target = self.targets.resolve(&raw, &self.policy)?;
+        let cache_duration = raw.cache_duration;
         let phases = Phases(request.extensions().get::<CallContext>().cloned());
         drop(request);
-        self.policy
-            .check_url(&call.target)
-            .map_err(|source| ProxyError::Refused {
-                host: call.target.host_str().unwrap_or("").to_owned(),
-                source,
-            })?;
-        if call.cache_duration == 0 {
-            let response = self.pass_through(&call, &phases).await?;
+        if cache_duration == 0 {
+            let response = self.pass_through(target, &phases).await?;
             return Ok((response, CacheResult::Bypass));
         }
-        let key = call.cache_key();
+        let key = target.key();
         phases.enter(Phase::CacheLookup);
         if let Some(entry) = self.cache.get(key, Instant::now()) {
             return Ok((hit_response(&entry, "memory"), CacheResult::Hit));
@@ -199,15 +199,14 @@ impl Inner {
         match self.fills.join_or_start(key, self.max_object_bytes) {
             Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced, &phases).await,
             Joined::Leader(writer, reader) => {
-                let ttl = Duration::from_secs(call.cache_duration).min(self.max_ttl);
+                let ttl = Duration::from_secs(cache_duration).min(self.max_ttl);
                 // Set by the fill before the head when the body comes from Redis.
                 let source = Arc::new(OnceLock::new());
                 FillJob {
                     origin: self.origin.clone(),
                     cache: self.cache.clone(),
                     fills: self.fills.clone(),
-                    key: key.to_owned(),
-                    target: call.target.clone(),
+                    target: target.clone(),
                     ttl,
                     max_object_bytes: self.max_object_bytes,
                     total_timeout: self.total_timeout,
@@ -243,16 +242,16 @@ impl Inner {
     /// client's pace (no buffering beyond hyper's own).
     async fn pass_through(
         &self,
-        call: &ProxyRequest,
+        target: Arc<Target>,
         phases: &Phases,
     ) -> Result<Response<ResponseBody>, ProxyError> {
         phases.enter(Phase::UpstreamConnect);
         let deadline = tokio::time::Instant::now() + self.total_timeout;
-        let fetched = tokio::time::timeout_at(deadline, self.origin.fetch(&call.target))
+        let fetched = tokio::time::timeout_at(deadline, self.origin.fetch(&target))
             .await
             .unwrap_or_else(|_elapsed| {
                 Err(ProxyError::OriginTimeout {
-                    origin: origin_label(&call.target),
+                    origin: target.label.clone(),
                     what: "no response headers",
                     after: self.total_timeout,
                 })
@@ -261,20 +260,23 @@ impl Inner {
         let response = fetched?;
         phases.enter(Phase::FirstByte);
         let (parts, incoming) = response.into_parts();
-        let head = ResponseHead {
-            status: parts.status,
-            headers: relayed_headers(&parts.headers),
-        };
         let mut body = Box::pin(OriginBody::new(
             incoming,
-            origin_label(&call.target),
+            target,
             deadline,
             self.total_timeout,
         ));
         // A body broken before its first byte gets a 502/504 answer, not a
         // connection closed without one (see `read_first_frame`).
         body.as_mut().read_first_frame().await?;
-        Ok(build_response(&head, relay(body), CacheResult::Bypass))
+        let mut response = Response::new(relay(body));
+        *response.status_mut() = parts.status;
+        *response.headers_mut() = relayed_headers(&parts.headers);
+        response.headers_mut().insert(
+            X_CACHE,
+            HeaderValue::from_static(CacheResult::Bypass.as_str()),
+        );
+        Ok(response)
     }
 }
 

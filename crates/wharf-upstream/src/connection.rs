@@ -46,6 +46,33 @@ pub struct RequestHead<'a> {
     pub headers: &'a HeaderMap,
 }
 
+/// A bodiless request encoded once, for a caller that sends the same request many times
+/// (the proxy, to one target URL).
+#[derive(Debug, Clone)]
+pub struct EncodedRequest {
+    bytes: Bytes,
+    method: Method,
+}
+
+impl EncodedRequest {
+    /// Encodes `method target HTTP/1.1` and `headers` (framing headers dropped: the request
+    /// has no body).
+    pub fn new(method: &Method, target: &str, headers: &HeaderMap) -> Result<Self, UpstreamError> {
+        let mut bytes = Vec::with_capacity(64 + target.len());
+        let framing = request_framing(method, true, Some(0));
+        encode_request_head(method, target, headers, framing, &mut bytes)?;
+        Ok(Self {
+            bytes: Bytes::from(bytes),
+            method: method.clone(),
+        })
+    }
+
+    /// The bytes that go on the wire.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// An open connection to an upstream.
 #[derive(Debug)]
 pub struct Connection {
@@ -156,10 +183,43 @@ impl Connection {
             let stale = reused && !body_started && is_reset(&error);
             return Err(SendError { error, stale });
         }
-        let mut parsed = match self.read_head(request.method).await {
+        self.receive(
+            request.method,
+            reused && !body_started,
+            keep_alive_allowed,
+            slot,
+        )
+        .await
+    }
+
+    /// Sends a bodiless request encoded beforehand (see [`EncodedRequest`]) and reads the
+    /// response head, as [`Connection::send`] does.
+    pub async fn send_encoded(
+        mut self,
+        request: &EncodedRequest,
+        slot: Option<PoolSlot>,
+    ) -> Result<Response<ResponseBody>, SendError> {
+        let reused = self.is_reused();
+        if let Err(error) = self.write_head(&request.bytes).await {
+            let stale = reused && is_reset(&error);
+            return Err(SendError { error, stale });
+        }
+        self.receive(&request.method, reused, true, slot).await
+    }
+
+    /// Reads the response head once the request is out. `retry_safe`: a failure before any
+    /// response byte marks the error stale.
+    async fn receive(
+        mut self,
+        method: &Method,
+        retry_safe: bool,
+        keep_alive_allowed: bool,
+        slot: Option<PoolSlot>,
+    ) -> Result<Response<ResponseBody>, SendError> {
+        let mut parsed = match self.read_head(method).await {
             Ok(head) => head,
             Err((error, received)) => {
-                let stale = reused && !body_started && received == 0;
+                let stale = retry_safe && received == 0;
                 return Err(SendError { error, stale });
             }
         };

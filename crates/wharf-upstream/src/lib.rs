@@ -29,7 +29,7 @@ mod stream;
 mod tls;
 
 pub use body::ResponseBody;
-pub use connection::{Connection, RequestHead};
+pub use connection::{Connection, EncodedRequest, RequestHead};
 pub use error::{SendError, UpstreamError};
 pub use head::{MAX_HEADERS, MAX_HEAD_BYTES};
 pub use pool::{IdlePool, PoolLimits, PoolSlot};
