@@ -8,7 +8,8 @@
 //! client's own CPU load, notes. [`report::table`], [`report::json`] and [`report::html`]
 //! render it.
 //!
-//! - [`client`]: the lean HTTP/1.1 client (hyper), one connection per call or keep-alive;
+//! - [`client`]: the lean HTTP/1.1 client of its own (`httparse` for heads), calls run in
+//!   the caller's task, one connection per call or keep-alive;
 //! - [`stats`]: HDR histograms, latency figures, error counts, medians;
 //! - [`scenarios`]: `responsiveness`, `first-call`, `idle`, `burst`, `cold-start`,
 //!   `throughput`, a file each;

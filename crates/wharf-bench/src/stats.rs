@@ -168,7 +168,8 @@ pub struct ErrorCounts {
     pub timeout: u64,
     /// A complete response whose status was not 2xx.
     pub status: u64,
-    /// A broken exchange (closed or reset connection, malformed or truncated response).
+    /// A broken exchange: socket errors (reset, broken pipe) and broken responses (closed
+    /// early, malformed head, bad chunked framing, truncated body).
     pub other: u64,
     /// The first failure seen, with its causes, to tell what went wrong.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -183,7 +184,7 @@ impl ErrorCounts {
             CallError::Connect { .. } => self.connect += 1,
             CallError::Timeout(_) => self.timeout += 1,
             CallError::Status(_) => self.status += 1,
-            CallError::Http(_) | CallError::Lost => self.other += 1,
+            CallError::Io { .. } | CallError::Response(_) | CallError::Lost => self.other += 1,
         }
         if self.first.is_none() {
             self.first = Some(error.chain());

@@ -1,43 +1,42 @@
 //! The lean HTTP/1.1 client every scenario uses: `Endpoint`, `Conn`, [`CallError`].
 //!
-//! An `Endpoint` is a target URL resolved once, before anything is timed: the socket address,
-//! the `Host` header and the origin-form request target are built up front, so a call costs a
-//! `Uri` clone (a reference-count increment), one small header map and whatever hyper needs.
-//! A URL may be a template: `{n}` is replaced by the call's sequence number (to make every
-//! proxied URL distinct, for instance); then each request target is formatted, and the
-//! scenarios that know their calls in advance build all requests before the clock starts.
+//! An `Endpoint` is a target URL resolved once, before anything is timed, with its request
+//! bytes serialised up front (`endpoint.rs`): a call on a plain URL writes shared bytes; a
+//! `{n}` template formats its number into the pieces around it (and the scenarios that know
+//! their calls in advance build all requests before the clock starts).
 //!
-//! Connections are opened as a real client opens them: TCP connect (with `TCP_NODELAY`), an
-//! HTTP/1.1 handshake on it, the connection driven by its own task. `Conn` keeps it for
-//! keep-alive calls; `fresh_call` opens one for a single call. A call ends when the whole
-//! body has been read (and dropped: nothing is kept). Only `http://` is spoken: TLS set-up is
-//! not what these scenarios measure.
+//! A `Conn` is one TCP connection (with `TCP_NODELAY`) and one reused read buffer. A call runs
+//! entirely in the caller's task, with no connection task, channel or per-call allocation:
+//! one write of the request, then reads until the response is complete (`response.rs`: the
+//! head parsed with `httparse`, 1xx skipped, the body framed by `Content-Length`, chunked
+//! encoding (`chunked.rs`) or the close, read through the buffer and dropped). The scenarios'
+//! client thus costs little CPU per call, so it is not what limits a fast target (issue 4).
+//! `Conn` keeps its connection for keep-alive calls while the server allows it;
+//! `fresh_call` opens one for a single call. Only `http://` is spoken: TLS set-up is not what
+//! these scenarios measure, and requests are GETs without a body.
 //!
-//! Every failure is a [`CallError`]: connect errors, timeouts, non-2xx statuses and broken
-//! responses alike. Scenarios count them; none is ever taken for a fast response.
+//! Every failure is a [`CallError`]: connect errors, timeouts, non-2xx statuses, socket
+//! errors and broken responses ([`ResponseError`]) alike. Scenarios count them; none is ever
+//! taken for a fast response.
+
+mod chunked;
+mod endpoint;
+mod response;
 
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{HeaderValue, HOST, USER_AGENT};
-use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use http::StatusCode;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::BenchError;
-
-/// The request type every scenario sends: a GET without a body.
-pub(crate) type Req = Request<Empty<Bytes>>;
+pub(crate) use endpoint::{Endpoint, Req};
+pub use response::ResponseError;
+use response::ResponseReader;
 
 /// The placeholder replaced by the call's sequence number in a URL template.
 pub const CALL_NUMBER: &str = "{n}";
-
-/// `user-agent` of every request.
-const AGENT: HeaderValue = HeaderValue::from_static("wharf-bench");
 
 /// Why one call failed. Each one is counted as an error, never as a response.
 #[derive(Debug, thiserror::Error)]
@@ -57,9 +56,19 @@ pub enum CallError {
     /// The response's status was not 2xx (its body was read all the same).
     #[error("status {0}")]
     Status(StatusCode),
-    /// The HTTP exchange broke: handshake, closed connection, malformed or truncated response.
-    #[error("http exchange failed")]
-    Http(#[source] hyper::Error),
+    /// The socket failed (reset, broken pipe) while sending the request or reading the
+    /// response.
+    #[error("connection failed while {during}")]
+    Io {
+        /// `sending the request` or `reading the response`.
+        during: &'static str,
+        /// The socket error.
+        #[source]
+        source: io::Error,
+    },
+    /// The response was malformed or cut short (closed early, bad head or chunked framing).
+    #[error("broken response")]
+    Response(#[from] ResponseError),
     /// The task running the call ended without a result (a bug, or the runtime shutting down).
     #[error("call task ended without a result")]
     Lost,
@@ -79,181 +88,62 @@ impl CallError {
     }
 }
 
-/// How the request target is made for call number `n`.
-#[derive(Debug)]
-enum RequestTarget {
-    /// The same origin-form target for every call.
-    Fixed(Uri),
-    /// Pieces of the origin-form target around each `{n}`.
-    Numbered(Vec<String>),
-}
-
-/// A target URL resolved and pre-built for calls.
-#[derive(Debug)]
-pub(crate) struct Endpoint {
-    url: String,
-    addr: SocketAddr,
-    host: HeaderValue,
-    target: RequestTarget,
-}
-
-impl Endpoint {
-    /// Parses `url` (an `http://` URL, `{n}` allowed in its path and query) and resolves its
-    /// host once. `target` names the target in errors.
-    pub(crate) async fn resolve(target: &str, url: &str) -> Result<Endpoint, BenchError> {
-        let bad = |why: &str| BenchError::Url {
-            target: target.to_owned(),
-            url: url.to_owned(),
-            why: why.to_owned(),
-        };
-        let probe: Uri = url
-            .replace(CALL_NUMBER, "0")
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        match probe.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(bad("https is not supported, use http://")),
-            _ => return Err(bad("not an http:// URL")),
-        }
-        let authority = probe.authority().ok_or_else(|| bad("no host"))?;
-        let with_one: Uri = url
-            .replace(CALL_NUMBER, "1")
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        if with_one.authority() != Some(authority) {
-            return Err(bad("{n} is allowed in the path and query only"));
-        }
-        if authority.as_str().contains('@') {
-            return Err(bad("user:password@ is not supported"));
-        }
-        let host = authority.host();
-        let port = authority.port_u16().unwrap_or(80);
-        let bare_host = host.trim_start_matches('[').trim_end_matches(']');
-        let addr = tokio::net::lookup_host((bare_host, port))
-            .await
-            .and_then(|mut addrs| {
-                addrs
-                    .next()
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))
-            })
-            .map_err(|source| BenchError::Resolve {
-                target: target.to_owned(),
-                host: host.to_owned(),
-                source,
-            })?;
-        let host_header =
-            HeaderValue::from_str(authority.as_str()).map_err(|_| bad("host header"))?;
-        // The origin form: everything after the authority.
-        let after_scheme = url.find("://").map_or(url, |i| &url[i + 3..]);
-        let rest = match after_scheme.find(['/', '?', '#']) {
-            Some(i) if after_scheme[i..].starts_with('/') => after_scheme[i..].to_owned(),
-            Some(i) => format!("/{}", &after_scheme[i..]),
-            None => "/".to_owned(),
-        };
-        let rest = rest.split('#').next().unwrap_or("/");
-        let request_target = if rest.contains(CALL_NUMBER) {
-            RequestTarget::Numbered(rest.split(CALL_NUMBER).map(str::to_owned).collect())
-        } else {
-            RequestTarget::Fixed(
-                rest.parse()
-                    .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?,
-            )
-        };
-        Ok(Endpoint {
-            url: url.to_owned(),
-            addr,
-            host: host_header,
-            target: request_target,
-        })
-    }
-
-    /// The URL (template) as given.
-    pub(crate) fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The address calls connect to.
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The request for call number `n` (`n` only matters for a template with `{n}`).
-    pub(crate) fn request(&self, n: u64) -> Req {
-        let uri = match &self.target {
-            RequestTarget::Fixed(uri) => uri.clone(),
-            RequestTarget::Numbered(parts) => {
-                let mut text =
-                    String::with_capacity(parts.iter().map(String::len).sum::<usize>() + 20);
-                for (i, part) in parts.iter().enumerate() {
-                    if i > 0 {
-                        text.push_str(&n.to_string());
-                    }
-                    text.push_str(part);
-                }
-                Uri::try_from(text).expect("digits in place of {n} keep a checked URI valid")
-            }
-        };
-        let mut req = Request::new(Empty::new());
-        *req.uri_mut() = uri;
-        let headers = req.headers_mut();
-        headers.insert(HOST, self.host.clone());
-        headers.insert(USER_AGENT, AGENT);
-        req
-    }
-
-    /// Opens a new connection: TCP connect, then the HTTP/1.1 handshake.
-    pub(crate) async fn connect(&self) -> Result<Conn, CallError> {
-        let stream = TcpStream::connect(self.addr)
-            .await
-            .map_err(|source| CallError::Connect {
-                addr: self.addr,
-                source,
-            })?;
-        // Small requests must leave at once, as a browser's do.
-        let _ = stream.set_nodelay(true);
-        let (sender, connection) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(CallError::Http)?;
-        tokio::spawn(async move {
-            // Errors surface on the request side; this only drives the socket.
-            let _ = connection.await;
-        });
-        Ok(Conn { sender })
-    }
-}
-
 /// One open HTTP/1.1 connection, reused for keep-alive calls. Dropping it closes it.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    sender: SendRequest<Empty<Bytes>>,
+    stream: TcpStream,
+    reader: ResponseReader,
+    /// Whether the next call may use the connection: cleared when a call starts, set again
+    /// only when its response ended cleanly and allowed reuse (so a call cut short by a
+    /// timeout leaves it unusable).
+    reusable: bool,
 }
 
 impl Conn {
+    /// A connection on `stream`, ready for its first call.
+    fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            reader: ResponseReader::new(),
+            reusable: true,
+        }
+    }
+
     /// Sends `req` and reads the whole response body; `Ok` only for a 2xx status.
     ///
     /// A non-2xx response is read to its end too, so the connection stays usable.
     pub(crate) async fn call(&mut self, req: Req) -> Result<(), CallError> {
-        self.sender.ready().await.map_err(CallError::Http)?;
-        let response = self
-            .sender
-            .send_request(req)
+        self.reusable = false;
+        self.stream
+            .write_all(req.as_bytes())
             .await
-            .map_err(CallError::Http)?;
-        let status = response.status();
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            frame.map_err(CallError::Http)?;
-        }
-        if status.is_success() {
+            .map_err(|source| CallError::Io {
+                during: "sending the request",
+                source,
+            })?;
+        let response = self.reader.read(&mut self.stream).await?;
+        self.reusable = response.reusable;
+        if response.status.is_success() {
             Ok(())
         } else {
-            Err(CallError::Status(status))
+            Err(CallError::Status(response.status))
         }
     }
 
-    /// Whether the server (or an error) closed the connection.
+    /// Whether the connection cannot carry another call: the last response (or its failure)
+    /// ended it, or the server closed it or sent something unasked since.
     pub(crate) fn is_closed(&self) -> bool {
-        self.sender.is_closed()
+        if !self.reusable {
+            return true;
+        }
+        // A non-blocking look at the socket: nothing to read is the only good answer. (A
+        // syscall only when the runtime saw it readable; then it also spares the read that
+        // would have found it empty after the next write.)
+        let mut probe = [0u8; 1];
+        match self.stream.try_read(&mut probe) {
+            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+            Ok(_) => true,
+        }
     }
 }
 
@@ -307,38 +197,116 @@ pub(crate) async fn fresh_call(
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
     use super::*;
 
+    /// What a scripted server does after its last response.
+    #[derive(Clone, Copy)]
+    enum Then {
+        /// Keeps the connection open (for a while).
+        Hold,
+        /// Closes it.
+        Close,
+        /// Sends bytes nobody asked for.
+        Babble,
+    }
+
+    /// A server for one connection: each request head gets the next of `responses`, then
+    /// `then`. Returns the endpoint to call it.
+    async fn server(responses: Vec<&'static [u8]>, then: Then) -> Endpoint {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            for response in responses {
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let mut buf = [0u8; 1024];
+                    let n = socket.read(&mut buf).await.unwrap();
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                seen.clear();
+                socket.write_all(response).await.unwrap();
+            }
+            match then {
+                Then::Hold => tokio::time::sleep(Duration::from_secs(10)).await,
+                Then::Close => {}
+                Then::Babble => {
+                    socket.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                }
+            }
+        });
+        Endpoint::resolve("t", &url).await.unwrap()
+    }
+
+    /// Whether `conn` reads as closed within 5 s (polled: the close arrives on its own time).
+    async fn closes(conn: &Conn) -> bool {
+        for _ in 0..500 {
+            if conn.is_closed() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
     #[tokio::test]
-    async fn builds_origin_form_requests_with_host() {
-        let ep = Endpoint::resolve("t", "http://127.0.0.1:9/a/b?x=1&n={n}#frag")
-            .await
-            .unwrap();
-        let req = ep.request(42);
-        assert_eq!(req.uri().to_string(), "/a/b?x=1&n=42");
-        assert_eq!(req.headers()[HOST], "127.0.0.1:9");
-        assert_eq!(ep.addr().port(), 9);
-        let fixed = Endpoint::resolve("t", "http://127.0.0.1").await.unwrap();
-        assert_eq!(fixed.request(0).uri().to_string(), "/");
-        assert_eq!(fixed.addr().port(), 80);
+    async fn keeps_the_connection_while_the_server_allows() {
+        let not_found = b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n";
+        let last = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+        let ep = server(vec![OK, not_found, last], Then::Hold).await;
+        let mut conn = ep.connect().await.unwrap();
+        conn.call(ep.request(0)).await.unwrap();
+        assert!(!conn.is_closed());
+        let err = conn.call(ep.request(1)).await.unwrap_err();
+        assert!(
+            matches!(err, CallError::Status(StatusCode::NOT_FOUND)),
+            "{err:?}"
+        );
+        assert!(!conn.is_closed(), "a non-2xx response keeps the connection");
+        conn.call(ep.request(2)).await.unwrap();
+        assert!(conn.is_closed(), "connection: close");
     }
 
     #[tokio::test]
-    async fn refuses_what_it_cannot_call() {
-        for url in [
-            "https://127.0.0.1/",
-            "ftp://127.0.0.1/",
-            "127.0.0.1:80/x",
-            "http://127.0.0.{n}/",
-            "http://u:p@127.0.0.1/",
-            "not a url",
-        ] {
-            let result = Endpoint::resolve("t", url).await;
-            assert!(
-                matches!(result, Err(BenchError::Url { .. })),
-                "{url}: {result:?}"
-            );
-        }
+    async fn sees_the_server_close_an_idle_connection() {
+        let ep = server(vec![OK], Then::Close).await;
+        let mut conn = ep.connect().await.unwrap();
+        conn.call(ep.request(0)).await.unwrap();
+        assert!(closes(&conn).await);
+        // keep_alive_call then opens a new one: refused here, as nothing listens any more.
+        let mut slot = Some(conn);
+        let err = keep_alive_call(&mut slot, &ep, ep.request(1), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CallError::Connect { .. }), "{err:?}");
+        assert!(slot.is_none());
+    }
+
+    #[tokio::test]
+    async fn bytes_nobody_asked_for_end_the_connection() {
+        let ep = server(vec![OK], Then::Babble).await;
+        let mut conn = ep.connect().await.unwrap();
+        conn.call(ep.request(0)).await.unwrap();
+        assert!(closes(&conn).await);
+    }
+
+    #[tokio::test]
+    async fn a_call_cut_short_leaves_the_connection_unusable() {
+        let ep = server(
+            vec![b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nabc"],
+            Then::Hold,
+        )
+        .await;
+        let mut conn = ep.connect().await.unwrap();
+        let result = bounded(Duration::from_millis(100), conn.call(ep.request(0))).await;
+        assert!(matches!(result, Err(CallError::Timeout(_))), "{result:?}");
+        assert!(conn.is_closed());
     }
 
     #[tokio::test]
