@@ -87,3 +87,80 @@ async fn non_2xx_and_timeouts_are_errors() {
     let calls = class(&report.targets[0], "calls");
     assert_eq!((calls.ok, calls.errors.timeout), (0, 3));
 }
+
+/// A server that answers every request on a connection with `response`, then closes it.
+async fn raw_server(response: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let mut buf = [0u8; 1024];
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = socket.write_all(response).await;
+                // Dropped: a clean close (FIN), not a reset.
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_body_is_an_error_not_a_response() {
+    // Declares 100 bytes, sends 10, closes.
+    let url = raw_server(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789").await;
+    let report = run(&bench(
+        Scenario::Burst(BurstConfig { connections: 5 }),
+        vec![Target::new("truncating", &url)],
+    ))
+    .await;
+    let calls = class(&report.targets[0], "calls");
+    assert_eq!(calls.ok, 0);
+    assert_eq!((calls.errors.total, calls.errors.other), (5, 5));
+    assert_eq!(calls.latency_ms.p50, None, "errors are no latencies");
+    let first = calls.errors.first.as_deref().unwrap();
+    assert!(
+        first.contains("closed after 10 of 100 body bytes"),
+        "{first}"
+    );
+
+    // The same on keep-alive connections: each failed call reconnects, none succeeds.
+    let config = ThroughputConfig {
+        concurrency: 2,
+        duration: Duration::from_millis(300),
+        warmup: Duration::ZERO,
+    };
+    let report = run(&bench(
+        Scenario::Throughput(config),
+        vec![Target::new("truncating", &url)],
+    ))
+    .await;
+    let t = &report.targets[0];
+    let requests = class(t, "requests");
+    assert_eq!(requests.ok, 0);
+    assert!(requests.errors.other > 0, "{:?}", requests.errors);
+    assert_eq!(requests.errors.other, requests.errors.total);
+    assert_eq!(metric(t, "requests_per_s").value, Some(0.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_testbed_truncate_endpoint_is_an_error() {
+    let tb = testbed().await;
+    for path in ["/truncate?bytes=10", "/truncate?bytes=10&chunked=1"] {
+        let report = run(&bench(
+            Scenario::Burst(BurstConfig { connections: 3 }),
+            vec![Target::new("truncate", tb.url(path))],
+        ))
+        .await;
+        let calls = class(&report.targets[0], "calls");
+        assert_eq!((calls.ok, calls.errors.other), (0, 3), "{path}: {calls:?}");
+    }
+}
