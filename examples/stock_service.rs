@@ -46,7 +46,6 @@ use bytes::Bytes;
 use http::uri::Authority;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -55,7 +54,9 @@ use wharf_config::{Config, ConfigError, LimitsConfig};
 use wharf_host::call::enter_phase;
 use wharf_host::error::json_error;
 use wharf_host::metrics::{Metrics, Outcome, UpstreamMetrics};
-use wharf_host::{body, handler, HostBuilder, HostService, Mount, Phase, ResponseBody};
+use wharf_host::{
+    body, handler, HostBuilder, HostService, Mount, Phase, RequestBody, ResponseBody,
+};
 
 /// The service's name: its `service` label on /metrics and in traces.
 const SERVICE: &str = "stock";
@@ -185,7 +186,7 @@ pub(crate) fn stock_service(testbed: Authority, metrics: &Metrics) -> HostServic
         authority: testbed,
         client,
     });
-    handler(move |request: Request<Incoming>| {
+    handler(move |request: Request<RequestBody>| {
         let backend = backend.clone();
         async move {
             match backend.quote(&request).await {
@@ -207,7 +208,7 @@ impl StockBackend {
     /// One quote call, from request to relayed quote.
     async fn quote(
         &self,
-        request: &Request<Incoming>,
+        request: &Request<RequestBody>,
     ) -> Result<Response<ResponseBody>, StockError> {
         if request.method() != Method::GET {
             return Err(StockError::Method(request.method().clone()));

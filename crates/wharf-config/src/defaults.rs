@@ -96,7 +96,8 @@ pub(crate) const MAX_RETRIES: u64 = 10;
 pub(crate) const MAX_COUNT: u64 = 1_000_000;
 /// Longest duration: keeps `Instant + duration` from overflowing anywhere.
 pub(crate) const MAX_DURATION: &str = "365d";
-/// Smallest `max_header_bytes`: hyper's minimum read buffer (it panics below 8192).
+/// Smallest `max_header_bytes`: room for any reasonable request head (and hyper's minimum read
+/// buffer on the HTTP/2 side, which panics below 8192).
 pub(crate) const MIN_HEADER_BYTES: &str = "8KiB";
 /// Largest `max_header_bytes`.
 pub(crate) const MAX_HEADER_BYTES_LIMIT: &str = "16MiB";

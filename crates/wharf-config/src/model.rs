@@ -29,8 +29,8 @@ pub struct ServerConfig {
     /// guard). Default 10s, must be > 0. When it passes the connection is closed.
     pub header_read_timeout: Duration,
     /// `max_header_bytes`: largest request head (request line plus headers), in bytes.
-    /// Default 64KiB, range 8KiB..=16MiB (8KiB is hyper's smallest read buffer). A larger head
-    /// gets 431.
+    /// Default 64KiB, range 8KiB..=16MiB. A larger head (or one of more than 128 lines) gets
+    /// 431 and the connection is closed.
     pub max_header_bytes: usize,
     /// `idle_timeout`: how long a keep-alive client connection may sit idle between requests.
     /// Default 60s, must be > 0. When it passes the connection is closed.

@@ -2,14 +2,16 @@
 //! request head.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use std::sync::Arc;
 
 use crate::body::{guard_body, ResponseBody};
 use crate::call::ClientAddr;
 use crate::error::json_error;
+use crate::request_body::RequestBody;
+use crate::service::CallFuture;
 use crate::services::SharedRegistry;
 use crate::session::CallOnSession;
 
@@ -19,54 +21,61 @@ pub(crate) struct Dispatcher {
     pub(crate) max_header_bytes: usize,
 }
 
-/// Answers one request: 431 for an oversized head, 404 when no service
-/// is mounted at the path, else whatever the service answers. `on_session`
-/// stays alive until the response body is done.
-pub(crate) async fn dispatch(
+impl Dispatcher {
+    /// Starts one call: 404 when no service is mounted at the path, else
+    /// the service's own call.
+    pub(crate) fn call(&self, request: Request<RequestBody>) -> CallFuture {
+        // One read lock per call to take the current registry; a reload
+        // swaps it whole, so the call sees either the old or the new set.
+        let registry = self
+            .registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match registry.find(request.uri().path()) {
+            Some(mounted) => mounted.service.call(request),
+            None => {
+                let response = json_error(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    &format!("no service at {}", request.uri().path()),
+                );
+                Box::pin(std::future::ready(response))
+            }
+        }
+    }
+}
+
+/// Answers one HTTP/2 request (served by hyper): 431 for an oversized
+/// head, else whatever dispatch answers. `on_session` stays alive until the
+/// response body is done.
+pub(crate) async fn dispatch_h2(
     dispatcher: Arc<Dispatcher>,
     on_session: CallOnSession,
     client: Option<ClientAddr>,
-    mut request: Request<Incoming>,
+    request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    let mut request = request.map(RequestBody::Http2);
     if let Some(client) = client {
         request.extensions_mut().insert(client);
     }
-    let response = route(&dispatcher, request).await;
-    Ok(guard_body(response, on_session))
-}
-
-async fn route(dispatcher: &Dispatcher, request: Request<Incoming>) -> Response<ResponseBody> {
     let head_bytes = request_head_bytes(&request);
-    if head_bytes > dispatcher.max_header_bytes {
-        return json_error(
+    let response = if head_bytes > dispatcher.max_header_bytes {
+        json_error(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "headers_too_large",
             &format!(
                 "request head is {head_bytes} bytes, over max_header_bytes ({})",
                 dispatcher.max_header_bytes
             ),
-        );
-    }
-    // One read lock per call to take the current registry; a reload
-    // swaps it whole, so the call sees either the old or the new set.
-    let registry = dispatcher
-        .registry
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let Some(mounted) = registry.find(request.uri().path()) else {
-        return json_error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no service at {}", request.uri().path()),
-        );
+        )
+    } else {
+        dispatcher.call(request).await
     };
-    let call = mounted.service.call(request);
-    drop(registry);
-    call.await
+    Ok(guard_body(response, on_session))
 }
 
-/// Size of the request line and headers as sent (approximately, for h2).
+/// Size of the request head as the header list HTTP/2 would count it.
 fn request_head_bytes<B>(request: &Request<B>) -> usize {
     let line = request.method().as_str().len()
         + request

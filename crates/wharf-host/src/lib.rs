@@ -1,12 +1,14 @@
 //! The service host: listeners, sessions, dispatch to services by path,
 //! the host's qualities around every service, and the admin endpoints.
 //!
-//! A service is a [`HostService`]: a function from `Request<Incoming>` to
+//! A service is a [`HostService`]: a function from `Request<RequestBody>` to
 //! a future of `Response<ResponseBody>` that never fails (errors are
 //! responses). The built-in proxy is one, and a program embedding wharf
 //! mounts its own the same way with [`HostBuilder::mount`], getting the same
 //! bulkhead, counters, tracing and lifecycle (`stack.rs`, `layers/`).
 //! Services never know about each other.
+//!
+//! HTTP/1.1 is served by wharf's own connection code ([`h1`]), HTTP/2 by hyper.
 //!
 //! Main types: [`HostBuilder`] → [`Host`] (bound, not yet serving) →
 //! [`Host::run`]; [`Mount`] says which requests reach a service;
@@ -18,8 +20,10 @@ pub mod body;
 pub mod call;
 mod dispatch;
 pub mod error;
+pub mod h1;
 pub mod layers;
 mod registry;
+mod request_body;
 mod server;
 pub mod service;
 pub mod services;
@@ -30,6 +34,7 @@ pub mod tls;
 pub use body::ResponseBody;
 pub use call::{CallContext, Phase};
 pub use registry::Mount;
+pub use request_body::RequestBody;
 pub use server::{Host, HostBuilder, HostError, RunSummary};
 pub use service::{handler, HostService};
 pub use services::{Reloader, ServiceSet};

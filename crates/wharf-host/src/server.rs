@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Notify, Semaphore};
@@ -22,7 +22,8 @@ use wharf_metrics::{Metrics, SessionMetrics};
 use crate::admin::ReloadHook;
 use crate::admin::{self, AdminState};
 use crate::call::{ClientAddr, Inflight};
-use crate::dispatch::{dispatch, Dispatcher};
+use crate::dispatch::{dispatch_h2, Dispatcher};
+use crate::h1::{self, Prefixed, Served, Transport};
 use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
@@ -271,7 +272,7 @@ impl Host {
             session_limits,
             server,
         } = self;
-        let builder = Arc::new(connection_builder(&server));
+        let h2 = Arc::new(h2_builder(&server));
         let slots = Arc::new(Semaphore::new(server.max_connections));
         let (stop_sessions, session_stop) = watch::channel(false);
         let admin_task = tokio::spawn(admin::serve(admin, admin_state.clone()));
@@ -315,7 +316,7 @@ impl Host {
             };
             let session = sessions.opened();
             let serve = SessionParts {
-                builder: builder.clone(),
+                h2: h2.clone(),
                 dispatcher: dispatcher.clone(),
                 stop: session_stop.clone(),
                 limits: session_limits,
@@ -328,20 +329,9 @@ impl Host {
                             debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
                         }
                         match tls {
-                            Some(tls) => {
-                                // The handshake counts against the head deadline.
-                                let handshake = tokio::time::timeout(
-                                    serve.limits.header_read_timeout,
-                                    tls.accept(stream),
-                                );
-                                match handshake.await {
-                                    Ok(Ok(stream)) => serve.run(stream, Some(peer)).await,
-                                    Ok(Err(error)) => {
-                                        debug!(peer = %peer, error = %error, "tls handshake failed")
-                                    }
-                                    Err(_) => debug!(peer = %peer, "tls handshake timed out"),
-                                }
-                            }
+                            // Boxed: a TLS handshake's state is large, and a task's future is
+                            // as large as its largest path.
+                            Some(tls) => Box::pin(serve.run_tls(tls, stream, peer)).await,
                             None => serve.run(stream, Some(peer)).await,
                         }
                     }
@@ -385,20 +375,11 @@ impl Host {
     }
 }
 
-fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+/// The HTTP/2 side (TLS with ALPN h2, or cleartext with prior knowledge);
+/// HTTP/1.1 is wharf's own ([`h1`]).
+fn h2_builder(server: &ServerConfig) -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
-        .http1()
-        .timer(TokioTimer::new())
-        // The session watchdog enforces header_read_timeout; hyper's own
-        // timer would also close idle keep-alive connections early.
-        .header_read_timeout(None)
-        .keep_alive(true)
-        // hyper answers 431 itself past its buffer; below that the
-        // dispatcher checks max_header_bytes and answers with JSON.
-        .max_buf_size(server.max_header_bytes.max(8 * 1024) + 16 * 1024);
-    builder
-        .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
     builder
@@ -406,7 +387,7 @@ fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
 
 /// What every session task needs.
 struct SessionParts {
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    h2: Arc<http2::Builder<TokioExecutor>>,
     dispatcher: Arc<Dispatcher>,
     stop: watch::Receiver<bool>,
     limits: SessionLimits,
@@ -459,22 +440,54 @@ fn bind_unix(path: PathBuf) -> Result<(UnixListener, PathBuf), HostError> {
 }
 
 impl SessionParts {
-    async fn run<S>(self, stream: S, peer: Option<SocketAddr>)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        serve_session(self, stream, peer).await;
+    /// HTTP/1.1, or HTTP/2 when the client opens with its preface.
+    async fn run<S: Transport>(self, stream: S, peer: Option<SocketAddr>) {
+        let limits = h1::Limits {
+            header_read_timeout: self.limits.header_read_timeout,
+            idle_timeout: self.limits.idle_timeout,
+            max_header_bytes: self.dispatcher.max_header_bytes,
+        };
+        match h1::serve(stream, &self.dispatcher, limits, self.stop.clone(), peer).await {
+            Served::Closed => {}
+            Served::Http2(stream, prefix) => {
+                // Boxed: hyper's HTTP/2 connection is large, and would size every
+                // HTTP/1.1 connection's task if it were inline.
+                Box::pin(serve_h2(self, Prefixed::new(prefix, stream), peer)).await;
+            }
+        }
+    }
+
+    /// TLS: the handshake (within the head deadline), then HTTP/2 when ALPN chose it, else
+    /// HTTP/1.1.
+    async fn run_tls(self, tls: TlsAcceptor, stream: TcpStream, peer: SocketAddr) {
+        let handshake = tokio::time::timeout(self.limits.header_read_timeout, tls.accept(stream));
+        let stream = match handshake.await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                debug!(peer = %peer, error = %error, "tls handshake failed");
+                return;
+            }
+            Err(_) => {
+                debug!(peer = %peer, "tls handshake timed out");
+                return;
+            }
+        };
+        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            Box::pin(serve_h2(self, stream, Some(peer))).await;
+        } else {
+            self.run(stream, Some(peer)).await;
+        }
     }
 }
 
-/// Serves one connection until it ends, enforcing the session timeouts
-/// and closing gracefully when the host drains.
-async fn serve_session<S>(parts: SessionParts, stream: S, peer: Option<SocketAddr>)
+/// Serves one HTTP/2 connection (hyper) until it ends, enforcing the session
+/// timeouts and closing gracefully when the host drains.
+async fn serve_h2<S>(parts: SessionParts, stream: S, peer: Option<SocketAddr>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let SessionParts {
-        builder,
+        h2,
         dispatcher,
         mut stop,
         limits,
@@ -484,14 +497,14 @@ where
     let io = TokioIo::new(ClockedStream::new(stream, clock.clone()));
     let service_clock = clock.clone();
     let service = hyper::service::service_fn(move |request| {
-        dispatch(
+        dispatch_h2(
             dispatcher.clone(),
             service_clock.call_started(),
             peer.map(ClientAddr),
             request,
         )
     });
-    let connection = builder.serve_connection_with_upgrades(io, service);
+    let connection = h2.serve_connection(io, service);
     tokio::pin!(connection);
     let stop_signal = stop.changed();
     tokio::pin!(stop_signal);

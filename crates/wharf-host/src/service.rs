@@ -5,9 +5,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use crate::body::ResponseBody;
+use crate::request_body::RequestBody;
 
 /// The future of one call: a response, always (errors are responses too).
 pub type CallFuture = Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>;
@@ -20,19 +20,19 @@ pub type CallFuture = Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send
 /// work starts when the returned future is first polled.
 /// [`handler`] makes one from an async function.
 #[derive(Clone)]
-pub struct HostService(Arc<dyn Fn(Request<Incoming>) -> CallFuture + Send + Sync>);
+pub struct HostService(Arc<dyn Fn(Request<RequestBody>) -> CallFuture + Send + Sync>);
 
 impl HostService {
     /// A service from a function that returns each call's future.
     pub fn new<F>(call: F) -> Self
     where
-        F: Fn(Request<Incoming>) -> CallFuture + Send + Sync + 'static,
+        F: Fn(Request<RequestBody>) -> CallFuture + Send + Sync + 'static,
     {
         Self(Arc::new(call))
     }
 
     /// Starts one call.
-    pub fn call(&self, request: Request<Incoming>) -> CallFuture {
+    pub fn call(&self, request: Request<RequestBody>) -> CallFuture {
         (self.0)(request)
     }
 }
@@ -51,7 +51,7 @@ impl std::fmt::Debug for HostService {
 /// ```
 pub fn handler<F, Fut>(f: F) -> HostService
 where
-    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    F: Fn(Request<RequestBody>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ResponseBody>> + Send + 'static,
 {
     HostService::new(move |request| Box::pin(f(request)))

@@ -1,9 +1,11 @@
 //! The one place where a service gets the host's qualities.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 use tracing::Instrument;
 use wharf_config::LimitsConfig;
 use wharf_limits::{Bulkhead, CallPermit};
@@ -14,7 +16,8 @@ use crate::call::{Inflight, Phase};
 use crate::layers::count::{CallCount, Count};
 use crate::layers::throttle::Throttle;
 use crate::layers::trace::{CallTrace, Trace};
-use crate::service::HostService;
+use crate::request_body::RequestBody;
+use crate::service::{CallFuture, HostService};
 
 /// Wraps `service` in the host's layers (see [`Stack::call`] for their
 /// order). The layers are plain parts of one future, not a chain of boxed
@@ -48,10 +51,7 @@ pub(crate) fn hosted(
         throttle: Throttle::new(bulkhead, service_metrics),
         service,
     });
-    HostService::new(move |request| {
-        let stack = stack.clone();
-        Box::pin(async move { stack.call(request).await })
-    })
+    HostService::new(move |request| stack.call(request))
 }
 
 /// A service and its layers.
@@ -62,14 +62,6 @@ struct Stack {
     service: HostService,
 }
 
-/// What a call holds until its response body is done. Fields drop in
-/// order: the slot is freed, then the call is counted, then its trace ends.
-struct CallGuards {
-    _permit: Option<CallPermit>,
-    _count: CallCount,
-    _trace: CallTrace,
-}
-
 impl Stack {
     /// One call through the layers, outermost first:
     ///
@@ -78,31 +70,98 @@ impl Stack {
     /// 2. count — calls by status and their duration, throttled 503s included;
     /// 3. throttle — the service's own bulkhead (slots + bounded queue), so a
     ///    saturated service never holds up another.
-    async fn call(&self, mut request: Request<Incoming>) -> Response<ResponseBody> {
+    ///
+    /// With a slot free (the common case) the call's future is the service's
+    /// plus the guards, nothing more; only a call that has to queue gets an
+    /// async block of its own.
+    fn call(self: &Arc<Self>, mut request: Request<RequestBody>) -> CallFuture {
         let trace = self.trace.begin(&mut request);
+        let count = self.count.begin();
+        match self.throttle.try_admit(trace.call()) {
+            Some(permit) => {
+                let inner = trace.span().in_scope(|| self.service.call(request));
+                Box::pin(Admitted {
+                    inner,
+                    guards: Some(CallGuards {
+                        _permit: Some(permit),
+                        count,
+                        trace,
+                    }),
+                })
+            }
+            None => {
+                let stack = self.clone();
+                Box::pin(async move { stack.queued(request, trace, count).await })
+            }
+        }
+    }
+
+    /// A call that found every slot taken: it waits in the bulkhead's queue.
+    async fn queued(
+        &self,
+        request: Request<RequestBody>,
+        trace: CallTrace,
+        count: CallCount,
+    ) -> Response<ResponseBody> {
         let span = trace.span().clone();
-        let mut count = self.count.begin();
         let admitted = self
             .throttle
             .admit(trace.call())
             .instrument(span.clone())
             .await;
-        let (response, permit) = match admitted {
-            Ok(permit) => {
-                let response = self.service.call(request).instrument(span.clone()).await;
-                span.in_scope(|| trace.call().enter(Phase::Body));
-                (response, Some(permit))
-            }
-            Err(refusal) => (refusal, None),
+        let (inner, permit) = match admitted {
+            Ok(permit) => (span.in_scope(|| self.service.call(request)), Some(permit)),
+            Err(refusal) => (Box::pin(std::future::ready(refusal)) as CallFuture, None),
         };
-        count.set_status(response.status().as_u16());
-        guard_body(
-            response,
-            CallGuards {
+        Admitted {
+            inner,
+            guards: Some(CallGuards {
                 _permit: permit,
-                _count: count,
-                _trace: trace,
-            },
-        )
+                count,
+                trace,
+            }),
+        }
+        .await
+    }
+}
+
+/// What a call holds until its response body is done. Fields drop in
+/// order: the slot is freed, then the call is counted, then its trace ends.
+struct CallGuards {
+    _permit: Option<CallPermit>,
+    count: CallCount,
+    trace: CallTrace,
+}
+
+/// An admitted call: the service's future, polled inside the call's span;
+/// its response body gets the guards.
+struct Admitted {
+    inner: CallFuture,
+    guards: Option<CallGuards>,
+}
+
+impl Future for Admitted {
+    type Output = Response<ResponseBody>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let Some(guards) = this.guards.as_mut() else {
+            return Poll::Pending; // polled after completion: never ready again
+        };
+        let response = {
+            let _entered = guards.trace.span().enter();
+            match this.inner.as_mut().poll(cx) {
+                Poll::Ready(response) => {
+                    guards.trace.call().enter(Phase::Body);
+                    response
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        };
+        let Some(mut guards) = this.guards.take() else {
+            return Poll::Pending;
+        };
+        guards.count.set_status(response.status().as_u16());
+        Poll::Ready(guard_body(response, guards))
     }
 }

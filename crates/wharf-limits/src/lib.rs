@@ -81,11 +81,24 @@ impl Bulkhead {
         }
     }
 
+    /// Takes a free slot now, if there is one (no queueing).
+    pub fn try_acquire(&self) -> Option<CallPermit> {
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        Some(self.admitted(slot))
+    }
+
     /// Takes a slot, waiting in the queue if needed.
     pub async fn acquire(&self) -> Result<CallPermit, Throttled> {
-        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
-            return Ok(self.admitted(slot));
+        if let Some(permit) = self.try_acquire() {
+            return Ok(permit);
         }
+        // Boxed: the wait (a semaphore waiter and a timer) is the rare path, and would
+        // otherwise make every call's future carry it.
+        Box::pin(self.queue()).await
+    }
+
+    /// Waits in the queue for a slot, within `queue_timeout`.
+    async fn queue(&self) -> Result<CallPermit, Throttled> {
         let waiting = self.counts.queued.fetch_add(1, Ordering::AcqRel) + 1;
         // Leaves the queue however the wait ends, also when the caller's
         // future is dropped because the client went away.

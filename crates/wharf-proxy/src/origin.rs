@@ -86,9 +86,11 @@ impl Origin {
 
     async fn exchange(&self, target: &Target) -> Result<Response<ResponseBody>, ProxyError> {
         let (slot, idle) = self.inner.pool.check_out(target.pool_key());
+        // Connecting is boxed: resolving and the TLS handshake hold a lot of state, which
+        // every call's future would otherwise carry, also while it waits on a pooled one.
         let mut connection = match idle {
             Some(connection) => connection,
-            None => self.connect(&target.url).await?,
+            None => Box::pin(self.connect(&target.url)).await?,
         };
         loop {
             let reused = connection.is_reused();
@@ -101,7 +103,7 @@ impl Origin {
                 // again, once, on a new connection (a new one is never stale).
                 Err(failure) if failure.stale && reused => {
                     debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
-                    connection = self.connect(&target.url).await?;
+                    connection = Box::pin(self.connect(&target.url)).await?;
                 }
                 Err(failure) => {
                     return Err(ProxyError::OriginUnavailable {

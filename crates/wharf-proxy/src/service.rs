@@ -6,7 +6,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use http::{header, HeaderValue, Method, Request, Response};
-use hyper::body::Incoming;
 use tracing::{debug, warn};
 use wharf_cache::{
     CachedResponse, FillFailure, FillReader, FillRegistry, Joined, MemoryCache, ResponseHead,
@@ -15,7 +14,8 @@ use wharf_cache::{SharedTier, SharedTierConfig};
 use wharf_config::ProxyConfig;
 use wharf_host::error::json_error;
 use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
-use wharf_host::{handler, CallContext, HostService, Phase, ResponseBody};
+use wharf_host::service::CallFuture;
+use wharf_host::{CallContext, HostService, Phase, RequestBody, ResponseBody};
 
 use crate::body::{from_entry, from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
@@ -153,31 +153,78 @@ impl ProxyService {
 
     /// The proxy as a service for [`wharf_host::HostBuilder::mount`].
     pub fn into_host_service(self) -> HostService {
-        handler(move |request| {
-            let inner = self.inner.clone();
-            async move { inner.call(request).await }
-        })
+        let inner = self.inner;
+        HostService::new(move |request| inner.clone().start(request))
     }
 }
 
+/// What a call still has to wait for once its request has been read.
+enum Start {
+    /// Answered already: a cache hit, or an error.
+    Done(Response<ResponseBody>, Option<CacheResult>),
+    /// Relay the origin's response.
+    PassThrough(Arc<Target>, Phases),
+    /// Stream a fill: this call's own (`writer` set) or another call's.
+    Fill {
+        target: Arc<Target>,
+        phases: Phases,
+        joined: Joined,
+        cache_duration: u64,
+    },
+}
+
 impl Inner {
-    async fn call(self: Arc<Self>, request: Request<Incoming>) -> Response<ResponseBody> {
-        match self.serve(request).await {
+    /// Starts a call. Everything that needs no waiting (the query, the target, the cache
+    /// lookup) is done here, before any future exists: a hit answers with a ready future,
+    /// and a call that waits carries only what it waits with, not its request.
+    fn start(self: Arc<Self>, request: Request<RequestBody>) -> CallFuture {
+        let start = self
+            .prepare(request)
+            .unwrap_or_else(|error| Start::Done(self.error_response(&error), None));
+        match start {
+            Start::Done(response, result) => {
+                if let Some(result) = result {
+                    self.cache_metrics.request(result.as_str());
+                }
+                Box::pin(std::future::ready(response))
+            }
+            Start::PassThrough(target, phases) => Box::pin(async move {
+                let served = self.pass_through(target, &phases).await;
+                self.finish(served.map(|response| (response, CacheResult::Bypass)))
+            }),
+            Start::Fill {
+                target,
+                phases,
+                joined,
+                cache_duration,
+            } => Box::pin(async move {
+                let served = self.fill(target, &phases, joined, cache_duration).await;
+                self.finish(served)
+            }),
+        }
+    }
+
+    /// The JSON answer to a refused or failed call.
+    fn error_response(&self, error: &ProxyError) -> Response<ResponseBody> {
+        debug!(error = %error, status = error.status().as_u16(), "call refused or failed");
+        json_error(error.status(), error.kind(), &error.to_string())
+    }
+
+    /// Counts a served call, or answers its error.
+    fn finish(
+        &self,
+        served: Result<(Response<ResponseBody>, CacheResult), ProxyError>,
+    ) -> Response<ResponseBody> {
+        match served {
             Ok((response, result)) => {
                 self.cache_metrics.request(result.as_str());
                 response
             }
-            Err(error) => {
-                debug!(error = %error, status = error.status().as_u16(), "call refused or failed");
-                json_error(error.status(), error.kind(), &error.to_string())
-            }
+            Err(error) => self.error_response(&error),
         }
     }
 
-    async fn serve(
-        self: &Arc<Self>,
-        request: Request<Incoming>,
-    ) -> Result<(Response<ResponseBody>, CacheResult), ProxyError> {
+    fn prepare(self: &Arc<Self>, request: Request<RequestBody>) -> Result<Start, ProxyError> {
         if request.method() != Method::GET {
             return Err(ProxyError::Method(request.method().clone()));
         }
@@ -187,17 +234,37 @@ impl Inner {
         let phases = Phases(request.extensions().get::<CallContext>().cloned());
         drop(request);
         if cache_duration == 0 {
-            let response = self.pass_through(target, &phases).await?;
-            return Ok((response, CacheResult::Bypass));
+            return Ok(Start::PassThrough(target, phases));
         }
-        let key = target.key();
         phases.enter(Phase::CacheLookup);
-        if let Some(entry) = self.cache.get(key, Instant::now()) {
-            return Ok((hit_response(&entry, "memory"), CacheResult::Hit));
+        if let Some(entry) = self.cache.get(target.key(), Instant::now()) {
+            return Ok(Start::Done(
+                hit_response(&entry, "memory"),
+                Some(CacheResult::Hit),
+            ));
         }
         phases.enter(Phase::UpstreamConnect);
-        match self.fills.join_or_start(key, self.max_object_bytes) {
-            Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced, &phases).await,
+        let joined = self
+            .fills
+            .join_or_start(target.key(), self.max_object_bytes);
+        Ok(Start::Fill {
+            target,
+            phases,
+            joined,
+            cache_duration,
+        })
+    }
+
+    /// Streams a fill in progress, starting it first when this call leads it.
+    async fn fill(
+        self: &Arc<Self>,
+        target: Arc<Target>,
+        phases: &Phases,
+        joined: Joined,
+        cache_duration: u64,
+    ) -> Result<(Response<ResponseBody>, CacheResult), ProxyError> {
+        match joined {
+            Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced, phases).await,
             Joined::Leader(writer, reader) => {
                 let ttl = Duration::from_secs(cache_duration).min(self.max_ttl);
                 // Set by the fill before the head when the body comes from Redis.
@@ -217,7 +284,7 @@ impl Inner {
                 }
                 .spawn(writer);
                 let (mut response, mut result) =
-                    stream_fill(reader, CacheResult::Miss, &phases).await?;
+                    stream_fill(reader, CacheResult::Miss, phases).await?;
                 if let Some(source) = source.get() {
                     // A Redis hit is a hit; an entry another instance fetched while this
                     // one waited for it is that instance's fill, shared.

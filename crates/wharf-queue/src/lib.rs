@@ -26,12 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{header, HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use tokio::sync::watch;
 use tracing::{debug, error, Instrument};
 use wharf_config::QueueConfig;
 use wharf_host::error::json_error;
-use wharf_host::{handler, HostService, ResponseBody};
+use wharf_host::{handler, HostService, RequestBody, ResponseBody};
 use wharf_metrics::queue::QueueMetrics;
 use wharf_metrics::Metrics;
 
@@ -97,7 +96,7 @@ impl QueueService {
 
     /// The service for [`wharf_host::HostBuilder::mount`] (an exact mount at `path`).
     pub fn into_host_service(self) -> HostService {
-        handler(move |request: Request<Incoming>| {
+        handler(move |request: Request<RequestBody>| {
             let inner = self.inner.clone();
             async move { inner.call(request).await }
         })
@@ -105,7 +104,7 @@ impl QueueService {
 }
 
 impl Inner {
-    async fn call(&self, request: Request<Incoming>) -> Response<ResponseBody> {
+    async fn call(&self, request: Request<RequestBody>) -> Response<ResponseBody> {
         match self.publish(request).await {
             Ok(response) => response,
             Err(error) => {

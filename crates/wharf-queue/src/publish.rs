@@ -5,10 +5,9 @@ use async_nats::jetstream::message::PublishMessage;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use tokio::sync::watch;
 use wharf_host::body::full;
-use wharf_host::ResponseBody;
+use wharf_host::{RequestBody, ResponseBody};
 use wharf_metrics::queue::PublishOutcome;
 
 use crate::broker::Ready;
@@ -25,7 +24,7 @@ impl Inner {
     /// Publishes one call.
     pub(crate) async fn publish(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
     ) -> Result<Response<ResponseBody>, QueueError> {
         if request.method() != Method::POST {
             return Err(QueueError::Method(request.method().clone()));
@@ -143,7 +142,7 @@ fn client_id(value: &HeaderValue) -> Result<String, QueueError> {
 }
 
 /// Reads the whole body, refusing one over `limit` bytes.
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, QueueError> {
+async fn read_body(body: RequestBody, limit: usize) -> Result<Bytes, QueueError> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => {

@@ -15,14 +15,13 @@ use std::borrow::Cow;
 use http::{header, HeaderValue, Request, Response, Uri};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tracing::debug;
 use wharf_config::RouteConfig;
 use wharf_host::body::BoxError;
 use wharf_host::call::ClientAddr;
 use wharf_host::error::{error_chain, json_error};
 use wharf_host::metrics::{Metrics, Outcome};
-use wharf_host::{handler, CallContext, HostService, Phase, ResponseBody};
+use wharf_host::{handler, CallContext, HostService, Phase, RequestBody, ResponseBody};
 
 use crate::backend::{Backend, BackendError};
 use crate::balance::Balancer;
@@ -104,7 +103,7 @@ impl RouteService {
 }
 
 impl Route {
-    async fn call(self: Arc<Self>, request: Request<Incoming>) -> Response<ResponseBody> {
+    async fn call(self: Arc<Self>, request: Request<RequestBody>) -> Response<ResponseBody> {
         match self.forward(request).await {
             Ok(response) => response,
             Err(error) => {
@@ -122,7 +121,7 @@ impl Route {
 
     async fn forward(
         &self,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
     ) -> Result<Response<ResponseBody>, RouteError> {
         self.matcher.check(&request)?;
         let context = request.extensions().get::<CallContext>().cloned();

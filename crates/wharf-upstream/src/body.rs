@@ -14,11 +14,11 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::chunked::{ChunkedDecoder, Decoded};
 use crate::connection::Connection;
 use crate::error::UpstreamError;
-use crate::head::Framing;
 use crate::pool::PoolSlot;
+use wharf_http1::chunked::{ChunkedDecoder, Decoded};
+use wharf_http1::response::Framing;
 
 /// Where the body's framing stands.
 #[derive(Debug)]
@@ -178,7 +178,7 @@ impl Body for ResponseBody {
                         Poll::Ready(Ok(_)) => {}
                         Poll::Ready(Err(error)) => return this.fail(UpstreamError::Read(error)),
                     },
-                    Err(error) => return this.fail(error),
+                    Err(error) => return this.fail(error.into()),
                 },
                 Progress::UntilClose => {
                     if !connection.buf.is_empty() {

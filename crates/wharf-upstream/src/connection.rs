@@ -21,11 +21,10 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::body::ResponseBody;
 use crate::error::{SendError, UpstreamError};
-use crate::head::{
-    encode_request_head, parse_response_head, request_framing, HeadParse, RequestFraming,
-};
 use crate::pool::PoolSlot;
 use crate::stream::UpstreamStream;
+use wharf_http1::request::{encode_request_head, request_framing, RequestFraming};
+use wharf_http1::response::{parse_response_head, HeadParse, ParsedHead};
 
 /// First read size, and the smallest the adaptive size shrinks to.
 const MIN_READ: usize = 8 * 1024;
@@ -156,7 +155,7 @@ impl Connection {
             &mut head,
         )
         .map_err(|error| SendError {
-            error,
+            error: error.into(),
             stale: false,
         })?;
         let mut body_started = false;
@@ -335,10 +334,7 @@ impl Connection {
 
     /// Reads until a final response head is complete; skips interim (1xx) responses. On error,
     /// also says how many bytes had come back.
-    async fn read_head(
-        &mut self,
-        method: &Method,
-    ) -> Result<crate::head::ParsedHead, (UpstreamError, usize)> {
+    async fn read_head(&mut self, method: &Method) -> Result<ParsedHead, (UpstreamError, usize)> {
         let mut received = self.buf.len();
         loop {
             match parse_response_head(&self.buf, method) {
@@ -351,7 +347,7 @@ impl Connection {
                     self.buf.advance(len);
                     return Ok(head);
                 }
-                Err(error) => return Err((error, received)),
+                Err(error) => return Err((error.into(), received)),
             }
             match poll_fn(|cx| self.poll_read_more(cx)).await {
                 Ok(0) => {

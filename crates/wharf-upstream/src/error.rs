@@ -2,6 +2,8 @@
 
 use std::io;
 
+use wharf_http1::MessageError;
+
 /// An exchange that did not produce a usable response head, or a body that broke.
 ///
 /// `Display` says what happened in lowercase, without the upstream's name: callers add it
@@ -51,6 +53,20 @@ pub enum UpstreamError {
 
 fn expected_text(expected: Option<u64>) -> String {
     expected.map_or_else(String::new, |len| format!(" of {len}"))
+}
+
+impl From<MessageError> for UpstreamError {
+    fn from(error: MessageError) -> Self {
+        match error {
+            MessageError::Malformed(why) => UpstreamError::MalformedHead(why),
+            MessageError::TooLarge { limit } => UpstreamError::HeadTooLarge { limit },
+            MessageError::TooManyHeaders { limit } => {
+                UpstreamError::MalformedHead(format!("more than {limit} header lines"))
+            }
+            MessageError::Framing(why) => UpstreamError::Framing(why),
+            MessageError::Chunked(why) => UpstreamError::Chunked(why),
+        }
+    }
 }
 
 /// A request that got no usable response head: the error, and whether to try again.

@@ -15,15 +15,13 @@
 //! - [`UpstreamError`] / [`SendError`]: what broke, and whether a retry is safe.
 //!
 //! Connecting (name resolution, the proxy's SSRF checks, timeouts) is the caller's: this crate
-//! starts from a connected socket. Response heads are parsed with `httparse` and framed by
-//! RFC 9112 §6.3 (content-length, chunked, close-delimited), strictly: ambiguous framing is an
-//! error, and a connection is reused only after a response read exactly to its end.
+//! starts from a connected socket. Heads and framing are `wharf-http1`'s (RFC 9112 §6.3:
+//! content-length, chunked, close-delimited), strictly: ambiguous framing is an error, and a
+//! connection is reused only after a response read exactly to its end.
 
 mod body;
-mod chunked;
 mod connection;
 mod error;
-mod head;
 mod pool;
 mod stream;
 mod tls;
@@ -31,7 +29,7 @@ mod tls;
 pub use body::ResponseBody;
 pub use connection::{Connection, EncodedRequest, RequestHead};
 pub use error::{SendError, UpstreamError};
-pub use head::{MAX_HEADERS, MAX_HEAD_BYTES};
 pub use pool::{IdlePool, PoolLimits, PoolSlot};
 pub use stream::UpstreamStream;
 pub use tls::tls_connector;
+pub use wharf_http1::response::{MAX_HEADERS, MAX_HEAD_BYTES};

@@ -25,6 +25,13 @@ impl Throttle {
         Self { bulkhead, metrics }
     }
 
+    /// A free slot for the call now, without queueing.
+    pub(crate) fn try_admit(&self, call: &CallContext) -> Option<CallPermit> {
+        let permit = self.bulkhead.try_acquire()?;
+        call.enter(Phase::Processing);
+        Some(permit)
+    }
+
     /// A slot for the call (after queueing if every slot is taken), or the
     /// 503 that refuses it.
     pub(crate) async fn admit(

@@ -1,11 +1,11 @@
-//! Message heads on the wire: the request head written upstream, and the response head read
-//! back with its framing (RFC 9112 §6.3) and keep-alive decision.
+//! Response heads: read by the upstream client with their framing (RFC 9112 §6.3) and
+//! keep-alive decision, and written by the server.
 
-use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, StatusCode, Version};
 
-use crate::error::UpstreamError;
+use crate::error::MessageError;
+use crate::fields::{connection_persists, content_length, header_map, is_chunked};
 
 /// Largest response head accepted (status line and headers).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -14,7 +14,7 @@ pub const MAX_HEADERS: usize = 128;
 
 /// How a response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
+pub enum Framing {
     /// No body (HEAD, 1xx, 204, 304).
     Empty,
     /// Exactly this many bytes.
@@ -27,18 +27,22 @@ pub(crate) enum Framing {
 
 /// A parsed response head.
 #[derive(Debug)]
-pub(crate) struct ParsedHead {
-    pub(crate) status: StatusCode,
-    pub(crate) version: Version,
-    pub(crate) headers: HeaderMap,
-    pub(crate) framing: Framing,
+pub struct ParsedHead {
+    /// The status.
+    pub status: StatusCode,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// The header fields.
+    pub headers: HeaderMap,
+    /// How the body is delimited.
+    pub framing: Framing,
     /// The connection may carry another request once this body is read.
-    pub(crate) keep_alive: bool,
+    pub keep_alive: bool,
 }
 
 /// What the head parser made of the buffered bytes.
 #[derive(Debug)]
-pub(crate) enum HeadParse {
+pub enum HeadParse {
     /// More bytes are needed.
     Partial,
     /// An interim (1xx) response of this many bytes: skip it and parse the next head.
@@ -47,111 +51,35 @@ pub(crate) enum HeadParse {
     Complete(usize, ParsedHead),
 }
 
-/// How the request body is delimited on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RequestFraming {
-    /// No body and no framing header (GET, HEAD, ...).
-    None,
-    /// `content-length`.
-    Length(u64),
-    /// `transfer-encoding: chunked`.
-    Chunked,
-}
-
-/// Whether a method's request carries a body by convention, so that an empty one is sent
-/// with `content-length: 0` (as RFC 9110 §8.6 advises for POST and PUT).
-fn expects_body(method: &Method) -> bool {
-    !matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
-    )
-}
-
-/// The framing of a request body whose size hint says `exact` (or unknown) and which may be
-/// empty (`ended`).
-pub(crate) fn request_framing(method: &Method, ended: bool, exact: Option<u64>) -> RequestFraming {
-    match (ended, exact) {
-        (true, _) | (_, Some(0)) if !expects_body(method) => RequestFraming::None,
-        (true, _) => RequestFraming::Length(0),
-        (false, Some(len)) => RequestFraming::Length(len),
-        (false, None) => RequestFraming::Chunked,
-    }
-}
-
-/// Writes `METHOD target HTTP/1.1`, the headers (minus any framing headers: the body's own
-/// framing is written instead) and the blank line into `out`.
-///
-/// `target` is the origin-form request target; it must not contain whitespace or control
-/// characters (a request line cannot be split).
-pub(crate) fn encode_request_head(
-    method: &Method,
-    target: &str,
-    headers: &HeaderMap,
-    framing: RequestFraming,
-    out: &mut Vec<u8>,
-) -> Result<(), UpstreamError> {
-    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(UpstreamError::MalformedHead(format!(
-            "request target {target:?} is empty or holds whitespace or control characters"
-        )));
-    }
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    match framing {
-        RequestFraming::None => {}
-        RequestFraming::Length(len) => {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(len.to_string().as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-    }
-    out.extend_from_slice(b"\r\n");
-    Ok(())
-}
-
 /// Parses a response head from the front of `buf` (the answer to a `method` request).
-pub(crate) fn parse_response_head(buf: &[u8], method: &Method) -> Result<HeadParse, UpstreamError> {
+pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<HeadParse, MessageError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut slots);
     let len = match response.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             if buf.len() > MAX_HEAD_BYTES {
-                return Err(UpstreamError::HeadTooLarge {
+                return Err(MessageError::TooLarge {
                     limit: MAX_HEAD_BYTES,
                 });
             }
             return Ok(HeadParse::Partial);
         }
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(UpstreamError::MalformedHead(format!(
-                "more than {MAX_HEADERS} header lines"
-            )))
+            return Err(MessageError::TooManyHeaders { limit: MAX_HEADERS })
         }
-        Err(error) => return Err(UpstreamError::MalformedHead(error.to_string())),
+        Err(error) => return Err(MessageError::Malformed(error.to_string())),
     };
     if len > MAX_HEAD_BYTES {
-        return Err(UpstreamError::HeadTooLarge {
+        return Err(MessageError::TooLarge {
             limit: MAX_HEAD_BYTES,
         });
     }
     let code = response.code.unwrap_or(0);
     let status = StatusCode::from_u16(code)
-        .map_err(|_| UpstreamError::MalformedHead(format!("status code {code}")))?;
+        .map_err(|_| MessageError::Malformed(format!("status code {code}")))?;
     if status == StatusCode::SWITCHING_PROTOCOLS {
-        return Err(UpstreamError::MalformedHead(
+        return Err(MessageError::Malformed(
             "101 switching protocols to a request that asked for no upgrade".to_owned(),
         ));
     }
@@ -162,18 +90,7 @@ pub(crate) fn parse_response_head(buf: &[u8], method: &Method) -> Result<HeadPar
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    // One copy of the head, exactly its size: header values point into it, so they never
-    // keep a (much larger) read buffer alive, e.g. in a cache entry.
-    let head = Bytes::copy_from_slice(&buf[..len]);
-    let mut headers = HeaderMap::with_capacity(response.headers.len());
-    for slot in response.headers.iter() {
-        let name = HeaderName::from_bytes(slot.name.as_bytes())
-            .map_err(|_| UpstreamError::MalformedHead(format!("header name {:?}", slot.name)))?;
-        let start = slot.value.as_ptr() as usize - buf.as_ptr() as usize;
-        let value = HeaderValue::from_maybe_shared(head.slice(start..start + slot.value.len()))
-            .map_err(|_| UpstreamError::MalformedHead(format!("value of header {name}")))?;
-        headers.append(name, value);
-    }
+    let (_head, mut headers) = header_map(buf, len, response.headers)?;
     let (framing, mut keep_alive) = framing(method, status, version, &mut headers)?;
     keep_alive &= connection_persists(version, &headers);
     Ok(HeadParse::Complete(
@@ -196,102 +113,113 @@ fn framing(
     status: StatusCode,
     version: Version,
     headers: &mut HeaderMap,
-) -> Result<(Framing, bool), UpstreamError> {
+) -> Result<(Framing, bool), MessageError> {
     if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
         return Ok((Framing::Empty, true));
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        if version == Version::HTTP_10 {
-            return Err(UpstreamError::Framing(
-                "transfer-encoding in an HTTP/1.0 response".to_owned(),
-            ));
-        }
-        let mut codings = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .flat_map(|value| value.as_bytes().split(|&b| b == b','))
-            .map(|coding| coding.trim_ascii())
-            .filter(|coding| !coding.is_empty());
-        let only_chunked = codings
-            .next()
-            .is_some_and(|first| first.eq_ignore_ascii_case(b"chunked"))
-            && codings.next().is_none();
-        if !only_chunked {
-            return Err(UpstreamError::Framing(
-                "transfer-encoding other than chunked".to_owned(),
-            ));
-        }
+    if is_chunked(headers, version)? {
         let had_length = headers.remove(header::CONTENT_LENGTH).is_some();
         return Ok((Framing::Chunked, !had_length));
     }
-    let mut declared: Option<u64> = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|&b| b == b',') {
-            let part = part.trim_ascii();
-            let len = parse_length(part).ok_or_else(|| {
-                UpstreamError::Framing(format!(
-                    "content-length {:?}",
-                    String::from_utf8_lossy(value.as_bytes())
-                ))
-            })?;
-            if declared.is_some_and(|earlier| earlier != len) {
-                return Err(UpstreamError::Framing(
-                    "content-length given twice with different values".to_owned(),
-                ));
-            }
-            declared = Some(len);
-        }
-    }
-    match declared {
-        Some(len) => {
-            // Several equal values become one, so the relayed head states it once.
-            if headers.get_all(header::CONTENT_LENGTH).iter().count() > 1
-                || headers
-                    .get(header::CONTENT_LENGTH)
-                    .is_some_and(|value| value.as_bytes().contains(&b','))
-            {
-                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-            }
-            Ok((Framing::Length(len), true))
-        }
+    match content_length(headers)? {
+        Some(len) => Ok((Framing::Length(len), true)),
         None => Ok((Framing::UntilClose, false)),
     }
 }
 
-/// A content-length: 1 to 19 decimal digits (no sign, no spaces).
-fn parse_length(text: &[u8]) -> Option<u64> {
-    if text.is_empty() || text.len() > 19 || !text.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(text).ok()?.parse().ok()
+/// How a response body goes on the wire, as the server decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseFraming {
+    /// No body is written (HEAD, 1xx, 204, 304); `content-length` is stated as given, if
+    /// at all (a HEAD answer states the length a GET would get).
+    NoBody {
+        /// The `content-length` to state.
+        content_length: Option<u64>,
+    },
+    /// Exactly this many bytes.
+    Length(u64),
+    /// The chunked transfer coding.
+    Chunked,
+    /// Until the connection closes (an HTTP/1.0 client, length unknown).
+    UntilClose,
 }
 
-/// Keep-alive by the `connection` header: HTTP/1.1 persists unless `close`; HTTP/1.0 only
-/// with `keep-alive`.
-fn connection_persists(version: Version, headers: &HeaderMap) -> bool {
-    let mut close = false;
-    let mut keep_alive = false;
-    for value in headers.get_all(header::CONNECTION) {
-        for option in value.as_bytes().split(|&b| b == b',') {
-            let option = option.trim_ascii();
-            close |= option.eq_ignore_ascii_case(b"close");
-            keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+/// What the server says in `connection`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionOption {
+    /// Nothing (HTTP/1.1 persists by default).
+    Default,
+    /// `connection: close`: this is the last response on the connection.
+    Close,
+    /// `connection: keep-alive` (for an HTTP/1.0 client that asked for it).
+    KeepAlive,
+}
+
+/// Writes `HTTP/1.1 status reason`, the headers (minus the framing and connection fields,
+/// which the server writes itself), `date` when the headers have none, and the blank line.
+pub fn encode_response_head(
+    status: StatusCode,
+    headers: &HeaderMap,
+    framing: ResponseFraming,
+    connection: ConnectionOption,
+    date: &[u8],
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut has_date = false;
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+            || name.as_str() == "keep-alive"
+        {
+            continue;
         }
+        has_date |= name == header::DATE;
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    if close {
-        return false;
+    let length = match framing {
+        ResponseFraming::NoBody { content_length } => content_length,
+        ResponseFraming::Length(len) => Some(len),
+        ResponseFraming::Chunked => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            None
+        }
+        ResponseFraming::UntilClose => None,
+    };
+    if let Some(len) = length {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(len.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    version == Version::HTTP_11 || keep_alive
+    match connection {
+        ConnectionOption::Default => {}
+        ConnectionOption::Close => out.extend_from_slice(b"connection: close\r\n"),
+        ConnectionOption::KeepAlive => out.extend_from_slice(b"connection: keep-alive\r\n"),
+    }
+    if !has_date && !date.is_empty() {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(date);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(wire: &str) -> Result<HeadParse, UpstreamError> {
+    fn parse(wire: &str) -> Result<HeadParse, MessageError> {
         parse_response_head(wire.as_bytes(), &Method::GET)
     }
 
@@ -445,10 +373,7 @@ mod tests {
         while flood.len() <= MAX_HEAD_BYTES {
             flood.push_str(&format!("x-filler: {}\r\n", "a".repeat(1000)));
         }
-        assert!(matches!(
-            parse(&flood),
-            Err(UpstreamError::HeadTooLarge { .. })
-        ));
+        assert!(matches!(parse(&flood), Err(MessageError::TooLarge { .. })));
         let mut many = String::from("HTTP/1.1 200 OK\r\n");
         for i in 0..=MAX_HEADERS {
             many.push_str(&format!("x-{i}: 1\r\n"));
@@ -482,32 +407,60 @@ mod tests {
     }
 
     #[test]
-    fn request_heads() {
+    fn response_heads_for_clients() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, HeaderValue::from_static("a.example"));
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("99"));
-        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
+        headers.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain"),
+        );
+        headers.insert(
+            header::CONTENT_LENGTH,
+            http::HeaderValue::from_static("999"),
+        );
+        headers.insert(
+            header::CONNECTION,
+            http::HeaderValue::from_static("upgrade"),
+        );
         let mut out = Vec::new();
-        let framing = request_framing(&Method::GET, true, Some(0));
-        encode_request_head(&Method::GET, "/a?b=1", &headers, framing, &mut out).unwrap();
-        assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: a.example\r\n\r\n");
-
-        out.clear();
-        let framing = request_framing(&Method::POST, true, Some(0));
-        encode_request_head(&Method::POST, "/", &HeaderMap::new(), framing, &mut out).unwrap();
-        assert_eq!(out, b"POST / HTTP/1.1\r\ncontent-length: 0\r\n\r\n");
-
-        assert_eq!(
-            request_framing(&Method::POST, false, Some(7)),
-            RequestFraming::Length(7)
+        encode_response_head(
+            StatusCode::OK,
+            &headers,
+            ResponseFraming::Length(5),
+            ConnectionOption::Default,
+            b"Sun, 06 Nov 1994 08:49:37 GMT",
+            &mut out,
         );
         assert_eq!(
-            request_framing(&Method::PUT, false, None),
-            RequestFraming::Chunked
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"
         );
-        for bad in ["", "/a b", "/a\r\nx: y", "/\x7f"] {
-            let error = encode_request_head(&Method::GET, bad, &headers, framing, &mut out);
-            assert!(error.is_err(), "{bad:?}");
-        }
+        let mut out = Vec::new();
+        encode_response_head(
+            StatusCode::BAD_GATEWAY,
+            &HeaderMap::new(),
+            ResponseFraming::Chunked,
+            ConnectionOption::Close,
+            b"",
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 502 Bad Gateway\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        encode_response_head(
+            StatusCode::NOT_MODIFIED,
+            &HeaderMap::new(),
+            ResponseFraming::NoBody {
+                content_length: None,
+            },
+            ConnectionOption::KeepAlive,
+            b"",
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 304 Not Modified\r\nconnection: keep-alive\r\n\r\n"
+        );
     }
 }

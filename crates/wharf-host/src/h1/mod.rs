@@ -1,0 +1,463 @@
+//! wharf's HTTP/1.1 server connection: one task reads a request head, calls the service,
+//! writes the response, and starts over (keep-alive, pipelining in order).
+//!
+//! Why not hyper's: hyper keeps an 8 KiB read buffer and an 8 KiB write buffer for the
+//! whole life of a connection, and its connection future is several KiB more; with ten
+//! thousand slow calls in flight that is most of the memory a gateway uses. Here a
+//! connection holds a read buffer only while bytes are being read (it waits for the socket
+//! to become readable before taking one, and gives it back when a keep-alive connection goes
+//! idle), and a write buffer only while a response head is being written. It also does the
+//! host's session duties itself: the head deadline from accept or from the first byte of a
+//! request (`header_read_timeout`, the slowloris guard), the keep-alive idle timeout, the
+//! write-stall timeout of a client that stops reading, the drain on shutdown, and the
+//! cancellation of a call whose client went away.
+//!
+//! Parsing and framing are `wharf-http1`'s (strict: smuggling material is a 400). HTTP/2
+//! with prior knowledge is recognised by its preface and handed back to the caller, which
+//! serves it with hyper. Response bodies go out with vectored writes: the head and the first
+//! chunks of a small response leave in one system call.
+//!
+//! - [`serve`]: the connection loop;
+//! - `body.rs`: request bodies fed to the service on demand ([`IncomingBody`]);
+//! - `write.rs`: response framing and writing;
+//! - `transport.rs`: the sockets, and [`Prefixed`] for a handed-over connection;
+//! - `date.rs`: the cached `date` header.
+
+mod body;
+mod date;
+mod transport;
+mod write;
+
+use std::future::{poll_fn, Future};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Request, StatusCode, Version};
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+use tracing::debug;
+use wharf_http1::request::{parse_request_head, ParsedRequest, RequestFraming, RequestParse};
+use wharf_http1::MessageError;
+
+pub use body::{IncomingBody, RequestBodyError};
+pub(crate) use transport::{Prefixed, Transport};
+
+use crate::body::ResponseBody;
+use crate::call::ClientAddr;
+use crate::dispatch::Dispatcher;
+use crate::error::json_error;
+use crate::request_body::RequestBody;
+use body::{BodyFeed, FeedStep};
+
+/// First read size, and the smallest the adaptive size shrinks to.
+const MIN_READ: usize = 4 * 1024;
+/// The largest read size (request bodies read in big steps).
+const MAX_READ: usize = 64 * 1024;
+/// Below this much free room the buffer is grown before reading.
+const MIN_SPARE: usize = 1024;
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// `100 Continue`, for a client that waits for it before sending its body.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The session limits of every connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_header_bytes: usize,
+}
+
+/// How a connection ended.
+pub(crate) enum Served<S> {
+    /// Closed (by either side, a timeout, or the drain).
+    Closed,
+    /// The client speaks HTTP/2 with prior knowledge: here is the socket and what was read.
+    Http2(S, Bytes),
+}
+
+/// What reading a request head gave.
+enum Head {
+    Request(Box<ParsedRequest>),
+    /// Nothing more will come: EOF, idle timeout, or the drain with no request started.
+    Done,
+    /// The head did not come within `header_read_timeout`.
+    TimedOut,
+    /// The head is unusable: answer with this status and close.
+    Bad(StatusCode, MessageError),
+    /// The HTTP/2 preface.
+    Http2,
+}
+
+/// One HTTP/1.1 connection.
+struct Conn<S> {
+    io: S,
+    /// Bytes read and not yet consumed; no capacity while the connection waits idle.
+    buf: BytesMut,
+    read_size: usize,
+    limits: Limits,
+    /// Resolves when the host drains; `None` once it did.
+    stop: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The host is draining: finish the current call, then close.
+    draining: bool,
+    /// The session timer (head, idle, write stall), moved lazily: it may fire early, and
+    /// the deadline is checked again then.
+    timer: Pin<Box<Sleep>>,
+    /// When the current wait for a head ends (see [`Conn::head_due`]).
+    head_due: Instant,
+    /// Responses written.
+    served: u64,
+}
+
+/// Serves one connection until it closes, or until it turns out to speak HTTP/2.
+pub(crate) async fn serve<S: Transport>(
+    io: S,
+    dispatcher: &Dispatcher,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+    peer: Option<SocketAddr>,
+) -> Served<S> {
+    let due = Instant::now() + limits.header_read_timeout;
+    let mut conn = Conn {
+        io,
+        buf: BytesMut::new(),
+        read_size: MIN_READ,
+        limits,
+        stop: Some(Box::pin(drain_signal(stop))),
+        draining: false,
+        timer: Box::pin(tokio::time::sleep_until(due)),
+        head_due: due,
+        served: 0,
+    };
+    loop {
+        let request = match conn.read_head().await {
+            Head::Request(request) => request,
+            Head::Done => break,
+            Head::TimedOut => {
+                debug!(peer = ?peer, "request head not received within header_read_timeout; closing");
+                break;
+            }
+            Head::Bad(status, error) => {
+                debug!(peer = ?peer, error = %error, "bad request head");
+                let kind = if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
+                    "headers_too_large"
+                } else {
+                    "bad_request"
+                };
+                let response = json_error(status, kind, &format!("request head: {error}"));
+                let info = RequestInfo {
+                    head: false,
+                    version: Version::HTTP_11,
+                    keep_alive: false,
+                };
+                let _ = Box::pin(conn.write_response(response, &info, &mut None)).await;
+                break;
+            }
+            Head::Http2 => {
+                let prefix = std::mem::take(&mut conn.buf).freeze();
+                return Served::Http2(conn.io, prefix);
+            }
+        };
+        let info = RequestInfo {
+            head: request.method == http::Method::HEAD,
+            version: request.version,
+            keep_alive: request.keep_alive,
+        };
+        let (request, mut feed) = build_request(*request, peer);
+        let call = dispatcher.call(request);
+        let Some(response) = conn.drive(call, &mut feed).await else {
+            debug!(peer = ?peer, "client closed the connection during the call; call cancelled");
+            break;
+        };
+        // Boxed: writing has its own state, needed only while it runs; inline it would
+        // sit in every connection's future, also while the call waits.
+        if !Box::pin(conn.write_response(response, &info, &mut feed)).await {
+            break;
+        }
+        conn.served += 1;
+    }
+    conn.close().await;
+    Served::Closed
+}
+
+/// Resolves when the host's drain signal turns true; never when the host is gone without
+/// draining (its connections are being dropped anyway).
+async fn drain_signal(mut stop: watch::Receiver<bool>) {
+    if stop.wait_for(|draining| *draining).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What the response needs to know of its request.
+pub(crate) struct RequestInfo {
+    /// A HEAD request: no body goes out.
+    pub(crate) head: bool,
+    pub(crate) version: Version,
+    /// The request allows the connection to persist.
+    pub(crate) keep_alive: bool,
+}
+
+/// The `http::Request` a service gets, and the connection's end of its body.
+fn build_request(
+    parsed: ParsedRequest,
+    peer: Option<SocketAddr>,
+) -> (Request<RequestBody>, Option<BodyFeed>) {
+    let (feed, body) = match parsed.framing {
+        RequestFraming::None => (None, RequestBody::Empty),
+        RequestFraming::Length(len) => {
+            let (feed, body) = BodyFeed::new(Some(len), parsed.expect_continue);
+            (Some(feed), RequestBody::Http1(body))
+        }
+        RequestFraming::Chunked => {
+            let (feed, body) = BodyFeed::new(None, parsed.expect_continue);
+            (Some(feed), RequestBody::Http1(body))
+        }
+    };
+    let mut request = Request::new(body);
+    *request.method_mut() = parsed.method;
+    *request.uri_mut() = parsed.uri;
+    *request.version_mut() = parsed.version;
+    *request.headers_mut() = parsed.headers;
+    if let Some(peer) = peer {
+        request.extensions_mut().insert(ClientAddr(peer));
+    }
+    (request, feed)
+}
+
+impl<S: Transport> Conn<S> {
+    /// Reads until a request head is complete. The first request's head is due
+    /// `header_read_timeout` after accept; a later one, `idle_timeout` after the previous
+    /// response (the keep-alive idle limit) and then `header_read_timeout` after its first
+    /// byte.
+    async fn read_head(&mut self) -> Head {
+        let mut head_started = self.served == 0 || !self.buf.is_empty();
+        if self.served > 0 {
+            let after = if head_started {
+                self.limits.header_read_timeout
+            } else {
+                self.limits.idle_timeout
+            };
+            self.head_due = Instant::now() + after;
+        }
+        loop {
+            if !self.buf.is_empty() {
+                if let Some(head) = self.sniff_and_parse() {
+                    return head;
+                }
+            } else if self.buf.capacity() > 0 {
+                // Idle between requests: give the buffer back.
+                self.buf = BytesMut::new();
+            }
+            if self.draining && self.buf.is_empty() {
+                return Head::Done;
+            }
+            let due = self.head_due;
+            let read = poll_fn(|cx| {
+                if let Poll::Ready(read) = self.poll_read_more(cx) {
+                    return Poll::Ready(Some(read));
+                }
+                if self.poll_stop(cx) && self.buf.is_empty() {
+                    return Poll::Ready(None);
+                }
+                if self.poll_timer(cx, due) {
+                    return Poll::Ready(Some(Err(io::ErrorKind::TimedOut.into())));
+                }
+                Poll::Pending
+            })
+            .await;
+            match read {
+                None | Some(Ok(0)) => return Head::Done,
+                Some(Ok(_)) => {
+                    if !head_started {
+                        head_started = true;
+                        self.head_due = Instant::now() + self.limits.header_read_timeout;
+                    }
+                }
+                Some(Err(error)) if error.kind() == io::ErrorKind::TimedOut => {
+                    return if head_started {
+                        Head::TimedOut
+                    } else {
+                        Head::Done
+                    };
+                }
+                Some(Err(_)) => return Head::Done,
+            }
+        }
+    }
+
+    /// The HTTP/2 preface on a fresh connection, or a parsed HTTP/1 head; `None` when more
+    /// bytes are needed.
+    fn sniff_and_parse(&mut self) -> Option<Head> {
+        if self.served == 0 && self.buf[0] == H2_PREFACE[0] {
+            let n = self.buf.len().min(H2_PREFACE.len());
+            if self.buf[..n] == H2_PREFACE[..n] {
+                return (n == H2_PREFACE.len()).then_some(Head::Http2);
+            }
+        }
+        self.parse_head()
+    }
+
+    /// Parses the buffered bytes: `None` when more are needed.
+    fn parse_head(&mut self) -> Option<Head> {
+        match parse_request_head(&self.buf, self.limits.max_header_bytes) {
+            Ok(RequestParse::Partial) => None,
+            Ok(RequestParse::Complete(len, request)) => {
+                self.buf.advance(len);
+                if self.buf.is_empty() {
+                    // Nothing pipelined behind it: the call will wait with no buffer held.
+                    self.buf = BytesMut::new();
+                }
+                Some(Head::Request(request))
+            }
+            Err(error @ (MessageError::TooLarge { .. } | MessageError::TooManyHeaders { .. })) => {
+                Some(Head::Bad(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    error,
+                ))
+            }
+            Err(error) => Some(Head::Bad(StatusCode::BAD_REQUEST, error)),
+        }
+    }
+
+    /// Runs the call to its response, feeding the request body when the service asks for
+    /// it, and watching the socket otherwise: a client that closes cancels the call (`None`).
+    async fn drive(
+        &mut self,
+        mut call: crate::service::CallFuture,
+        feed: &mut Option<BodyFeed>,
+    ) -> Option<http::Response<ResponseBody>> {
+        let mut continue_sent = 0usize;
+        poll_fn(|cx| loop {
+            if let Poll::Ready(response) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(response));
+            }
+            self.poll_stop(cx);
+            match feed.as_mut().filter(|feed| !feed.is_finished()) {
+                Some(feed) => {
+                    feed.register(cx);
+                    match feed.step(&mut self.buf, false, cx.waker()) {
+                        FeedStep::Progress => continue,
+                        FeedStep::Idle | FeedStep::Finished => return Poll::Pending,
+                        FeedStep::SendContinue => {
+                            match self.poll_write_continue(cx, &mut continue_sent) {
+                                Poll::Ready(Ok(())) => {
+                                    feed.continue_sent();
+                                    continue;
+                                }
+                                Poll::Ready(Err(error)) => {
+                                    feed.fail(Some(error));
+                                    continue;
+                                }
+                                Poll::Pending => return Poll::Pending,
+                            }
+                        }
+                        FeedStep::NeedBytes => match self.poll_read_more(cx) {
+                            Poll::Ready(Ok(0)) => {
+                                feed.fail(None);
+                                continue;
+                            }
+                            Poll::Ready(Ok(_)) => continue,
+                            Poll::Ready(Err(error)) => {
+                                feed.fail(Some(error));
+                                continue;
+                            }
+                            Poll::Pending => return Poll::Pending,
+                        },
+                    }
+                }
+                None => {
+                    // Nothing to feed: watch for the client going away. Bytes of a pipelined
+                    // next request are kept, up to one head's worth.
+                    if self.buf.len() >= self.limits.max_header_bytes {
+                        return Poll::Pending;
+                    }
+                    match self.poll_read_more(cx) {
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
+                        Poll::Ready(Ok(_)) => continue,
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    fn poll_write_continue(
+        &mut self,
+        cx: &mut Context<'_>,
+        sent: &mut usize,
+    ) -> Poll<io::Result<()>> {
+        while *sent < CONTINUE.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &CONTINUE[*sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *sent += n;
+        }
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    /// Reads more bytes into the buffer; `Ok(0)` is EOF. Memory is taken only once the socket
+    /// is readable, and by the adaptive read size.
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare < MIN_SPARE {
+            if self.buf.is_empty() {
+                ready!(self.io.poll_read_ready(cx))?;
+            }
+            self.buf.reserve(self.read_size);
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.io),
+            cx,
+            &mut self.buf
+        ))?;
+        if n == spare {
+            self.read_size = (self.read_size * 2).min(MAX_READ);
+        } else if n < self.read_size / 4 {
+            self.read_size = (self.read_size / 2).max(MIN_READ);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Whether the host is draining (polls the drain signal once more).
+    fn poll_stop(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(stop) = &mut self.stop {
+            if stop.as_mut().poll(cx).is_ready() {
+                self.draining = true;
+                self.stop = None;
+            }
+        }
+        self.draining
+    }
+
+    /// Whether `due` has passed. The timer is only ever moved earlier here; when it fires
+    /// early (its deadline had moved later), it is set to `due` and waits again.
+    fn poll_timer(&mut self, cx: &mut Context<'_>, due: Instant) -> bool {
+        if due < self.timer.deadline() {
+            self.timer.as_mut().reset(due);
+        }
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            if Instant::now() >= due {
+                return true;
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
+
+    /// Sends FIN after the last response so the client reads everything, then lets go.
+    async fn close(&mut self) {
+        let shutdown = tokio::time::timeout(Duration::from_secs(1), async {
+            let _ = poll_fn(|cx| Pin::new(&mut self.io).poll_shutdown(cx)).await;
+        });
+        let _ = shutdown.await;
+    }
+}

@@ -1,0 +1,122 @@
+//! Rules about header fields shared by requests and responses: building a header map from
+//! the parser's slots, content-length, transfer-encoding and connection options.
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::Version;
+
+use crate::error::MessageError;
+
+/// The header map of a parsed head. `buf` is what the parser read and `len` the head's
+/// length in it: the head is copied once into a buffer of exactly that size and every value
+/// points into the copy, so no value keeps a (much larger) read buffer alive.
+pub(crate) fn header_map(
+    buf: &[u8],
+    len: usize,
+    slots: &[httparse::Header<'_>],
+) -> Result<(Bytes, HeaderMap), MessageError> {
+    let head = Bytes::copy_from_slice(&buf[..len]);
+    let mut headers = HeaderMap::with_capacity(slots.len());
+    for slot in slots {
+        let name = HeaderName::from_bytes(slot.name.as_bytes())
+            .map_err(|_| MessageError::Malformed(format!("header name {:?}", slot.name)))?;
+        let value = HeaderValue::from_maybe_shared(slice_of(&head, buf, slot.value))
+            .map_err(|_| MessageError::Malformed(format!("value of header {name}")))?;
+        headers.append(name, value);
+    }
+    Ok((head, headers))
+}
+
+/// `part` (a slice of `buf`) as a slice of `copy` (a copy of `buf`'s start).
+pub(crate) fn slice_of(copy: &Bytes, buf: &[u8], part: &[u8]) -> Bytes {
+    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+    copy.slice(start..start + part.len())
+}
+
+/// The declared content-length: every value of every line must be the same decimal number
+/// (RFC 9110 §8.6 allows `5, 5`); several equal values become one line. `None` when absent.
+pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, MessageError> {
+    let mut declared: Option<u64> = None;
+    let mut lines = 0;
+    let mut listed = false;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        lines += 1;
+        listed |= value.as_bytes().contains(&b',');
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let len = parse_length(part.trim_ascii()).ok_or_else(|| {
+                MessageError::Framing(format!(
+                    "content-length {:?}",
+                    String::from_utf8_lossy(value.as_bytes())
+                ))
+            })?;
+            if declared.is_some_and(|earlier| earlier != len) {
+                return Err(MessageError::Framing(
+                    "content-length given twice with different values".to_owned(),
+                ));
+            }
+            declared = Some(len);
+        }
+    }
+    if let Some(len) = declared {
+        if lines > 1 || listed {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        }
+    }
+    Ok(declared)
+}
+
+/// A content-length: 1 to 19 decimal digits (no sign, no spaces).
+fn parse_length(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || text.len() > 19 || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+/// Checks `transfer-encoding`: present means it must be exactly one `chunked` coding over
+/// all lines, in HTTP/1.1. Returns whether the field is present.
+pub(crate) fn is_chunked(headers: &HeaderMap, version: Version) -> Result<bool, MessageError> {
+    if !headers.contains_key(header::TRANSFER_ENCODING) {
+        return Ok(false);
+    }
+    if version == Version::HTTP_10 {
+        return Err(MessageError::Framing(
+            "transfer-encoding in an HTTP/1.0 message".to_owned(),
+        ));
+    }
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|coding| !coding.is_empty());
+    let only_chunked = codings
+        .next()
+        .is_some_and(|first| first.eq_ignore_ascii_case(b"chunked"))
+        && codings.next().is_none();
+    if only_chunked {
+        Ok(true)
+    } else {
+        Err(MessageError::Framing(
+            "transfer-encoding other than chunked".to_owned(),
+        ))
+    }
+}
+
+/// Keep-alive by the `connection` field: HTTP/1.1 persists unless `close`; HTTP/1.0 only with
+/// `keep-alive`.
+pub(crate) fn connection_persists(version: Version, headers: &HeaderMap) -> bool {
+    let mut close = false;
+    let mut keep_alive = false;
+    for value in headers.get_all(header::CONNECTION) {
+        for option in value.as_bytes().split(|&b| b == b',') {
+            let option = option.trim_ascii();
+            close |= option.eq_ignore_ascii_case(b"close");
+            keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+    if close {
+        return false;
+    }
+    version == Version::HTTP_11 || keep_alive
+}

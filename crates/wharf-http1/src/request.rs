@@ -1,0 +1,348 @@
+//! Request heads: written by the upstream client, read (strictly) by the server.
+//!
+//! The server side is where request smuggling is decided, so it refuses every ambiguity a
+//! front end and a back end could read differently (RFC 9112 §6 and §11.2): a
+//! `transfer-encoding` other than one `chunked` coding, one in HTTP/1.0, content-lengths
+//! that differ or are not plain digits, obs-fold, whitespace before a colon, a missing or
+//! repeated `host` in HTTP/1.1. A request with both `transfer-encoding: chunked` and
+//! `content-length` is read by the chunked framing alone, its `content-length` removed, and
+//! the connection closed after it (the RFC's rule for intermediaries).
+
+use http::header::{self, HeaderMap};
+use http::{Method, Uri, Version};
+
+use crate::error::MessageError;
+use crate::fields::{connection_persists, content_length, header_map, is_chunked, slice_of};
+
+/// How the request body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFraming {
+    /// No body and no framing header (GET, HEAD, ...).
+    None,
+    /// `content-length`.
+    Length(u64),
+    /// `transfer-encoding: chunked`.
+    Chunked,
+}
+
+/// Whether a method's request carries a body by convention, so that an empty one is sent
+/// with `content-length: 0` (as RFC 9110 §8.6 advises for POST and PUT).
+fn expects_body(method: &Method) -> bool {
+    !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
+    )
+}
+
+/// The framing of a request body whose size hint says `exact` (or unknown) and which may be
+/// empty (`ended`).
+pub fn request_framing(method: &Method, ended: bool, exact: Option<u64>) -> RequestFraming {
+    match (ended, exact) {
+        (true, _) | (_, Some(0)) if !expects_body(method) => RequestFraming::None,
+        (true, _) => RequestFraming::Length(0),
+        (false, Some(len)) => RequestFraming::Length(len),
+        (false, None) => RequestFraming::Chunked,
+    }
+}
+
+/// Writes `METHOD target HTTP/1.1`, the headers (minus any framing headers: the body's own
+/// framing is written instead) and the blank line into `out`.
+///
+/// `target` is the origin-form request target; it must not contain whitespace or control
+/// characters (a request line cannot be split).
+pub fn encode_request_head(
+    method: &Method,
+    target: &str,
+    headers: &HeaderMap,
+    framing: RequestFraming,
+    out: &mut Vec<u8>,
+) -> Result<(), MessageError> {
+    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(MessageError::Malformed(format!(
+            "request target {target:?} is empty or holds whitespace or control characters"
+        )));
+    }
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        RequestFraming::None => {}
+        RequestFraming::Length(len) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(len.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+/// The most header lines a request may have, whatever its size.
+pub const MAX_REQUEST_HEADERS: usize = 128;
+
+/// A request head read by the server.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    /// The method.
+    pub method: Method,
+    /// The request target.
+    pub uri: Uri,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// The header fields (`content-length` removed when `transfer-encoding` is present).
+    pub headers: HeaderMap,
+    /// How the body is delimited: `None`, `Length` or `Chunked`.
+    pub framing: RequestFraming,
+    /// The connection may carry another request after this one.
+    pub keep_alive: bool,
+    /// The client waits for `100 Continue` before sending the body.
+    pub expect_continue: bool,
+}
+
+/// What the request parser made of the buffered bytes.
+#[derive(Debug)]
+pub enum RequestParse {
+    /// More bytes are needed.
+    Partial,
+    /// A complete head of this many bytes.
+    Complete(usize, Box<ParsedRequest>),
+}
+
+/// Parses a request head from the front of `buf`; a head (or a partial one) longer than
+/// `max_head_bytes` is [`MessageError::TooLarge`].
+pub fn parse_request_head(buf: &[u8], max_head_bytes: usize) -> Result<RequestParse, MessageError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    let len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > max_head_bytes {
+                return Err(MessageError::TooLarge {
+                    limit: max_head_bytes,
+                });
+            }
+            return Ok(RequestParse::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(MessageError::TooManyHeaders {
+                limit: MAX_REQUEST_HEADERS,
+            })
+        }
+        Err(error) => return Err(MessageError::Malformed(error.to_string())),
+    };
+    if len > max_head_bytes {
+        return Err(MessageError::TooLarge {
+            limit: max_head_bytes,
+        });
+    }
+    let method = request.method.unwrap_or("");
+    let method = Method::from_bytes(method.as_bytes())
+        .map_err(|_| MessageError::Malformed(format!("method {method:?}")))?;
+    let version = match request.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let path = request.path.unwrap_or("");
+    let (head, mut headers) = header_map(buf, len, request.headers)?;
+    let uri = Uri::from_maybe_shared(slice_of(&head, buf, path.as_bytes()))
+        .map_err(|_| MessageError::Malformed(format!("request target {path:?}")))?;
+    let hosts = headers.get_all(header::HOST).iter().count();
+    if hosts > 1 || (hosts == 0 && version == Version::HTTP_11) {
+        return Err(MessageError::Malformed(format!(
+            "{hosts} host header lines (HTTP/1.1 needs exactly one)"
+        )));
+    }
+    let mut keep_alive = connection_persists(version, &headers);
+    let framing = if is_chunked(&headers, version)? {
+        if headers.remove(header::CONTENT_LENGTH).is_some() {
+            keep_alive = false;
+        }
+        RequestFraming::Chunked
+    } else {
+        match content_length(&mut headers)? {
+            Some(0) | None => RequestFraming::None,
+            Some(len) => RequestFraming::Length(len),
+        }
+    };
+    let expect_continue = version == Version::HTTP_11
+        && framing != RequestFraming::None
+        && headers
+            .get(header::EXPECT)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    Ok(RequestParse::Complete(
+        len,
+        Box::new(ParsedRequest {
+            method,
+            uri,
+            version,
+            headers,
+            framing,
+            keep_alive,
+            expect_continue,
+        }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    const LIMIT: usize = 64 * 1024;
+
+    fn parse(wire: &str) -> Result<ParsedRequest, MessageError> {
+        match parse_request_head(wire.as_bytes(), LIMIT)? {
+            RequestParse::Complete(len, request) => {
+                assert_eq!(len, wire.find("\r\n\r\n").unwrap() + 4, "{wire}");
+                Ok(*request)
+            }
+            RequestParse::Partial => panic!("partial: {wire:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_heads_and_framing() {
+        let get = parse("GET /proxy?url=x HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n\r\n").unwrap();
+        assert_eq!(get.method, Method::GET);
+        assert_eq!(get.uri, "/proxy?url=x");
+        assert_eq!(get.headers["host"], "a");
+        assert_eq!(
+            (get.framing, get.keep_alive, get.expect_continue),
+            (RequestFraming::None, true, false)
+        );
+        let cases = [
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\n\r\n", RequestFraming::Length(5), true),
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5, 5\r\n\r\n", RequestFraming::Length(5), true),
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n", RequestFraming::None, true),
+            ("POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: Chunked\r\n\r\n", RequestFraming::Chunked, true),
+            (
+                "POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 40\r\ntransfer-encoding: chunked\r\n\r\n",
+                RequestFraming::Chunked,
+                false,
+            ),
+            ("GET / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n", RequestFraming::None, false),
+            ("GET / HTTP/1.0\r\n\r\n", RequestFraming::None, false),
+            ("GET / HTTP/1.0\r\nconnection: Keep-Alive\r\n\r\n", RequestFraming::None, true),
+        ];
+        for (wire, framing, keep_alive) in cases {
+            let request = parse(wire).unwrap();
+            assert_eq!(
+                (request.framing, request.keep_alive),
+                (framing, keep_alive),
+                "{wire:?}"
+            );
+            if framing == RequestFraming::Chunked {
+                assert!(!request.headers.contains_key(header::CONTENT_LENGTH));
+            }
+        }
+        let expect = parse(
+            "PUT /x HTTP/1.1\r\nhost: a\r\nexpect: 100-Continue\r\ncontent-length: 3\r\n\r\n",
+        )
+        .unwrap();
+        assert!(expect.expect_continue);
+        let absolute = parse("GET http://a.example/x HTTP/1.1\r\nhost: a.example\r\n\r\n").unwrap();
+        assert_eq!(absolute.uri.path(), "/x");
+    }
+
+    #[test]
+    fn refuses_smuggling_material() {
+        let cases = [
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\ncontent-length: 45\r\n\r\n", "different values"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5, 45\r\n\r\n", "different values"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: +5\r\n\r\n", "content-length"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 0x5\r\n\r\n", "content-length"),
+            ("GET / HTTP/1.1\r\nhost: a\r\nx-folded: a\r\n b\r\n\r\n", "malformed"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\n 0\r\n\r\n", "malformed"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked, identity\r\n\r\n", "other than chunked"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: identity\r\ncontent-length: 5\r\n\r\n", "other than chunked"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: xchunked\r\n\r\n", "other than chunked"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n", "other than chunked"),
+            ("POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n", "HTTP/1.0"),
+            ("POST / HTTP/1.1\r\nhost: a\r\ncontent-length : 5\r\n\r\n", "malformed"),
+            ("GET / HTTP/1.1\r\n\r\n", "host"),
+            ("GET / HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n", "host"),
+            ("GET /\x7f HTTP/1.1\r\nhost: a\r\n\r\n", "malformed"),
+            ("GET / HTTP/2.0\r\nhost: a\r\n\r\n", "malformed"),
+            ("G@T / HTTP/1.1\r\nhost: a\r\n\r\n", "malformed"),
+        ];
+        for (wire, expected) in cases {
+            let error = parse(wire).unwrap_err();
+            assert!(error.to_string().contains(expected), "{wire:?}: {error}");
+        }
+        let error = parse_request_head(b"GET /\xff\xfe HTTP/1.1\r\nhost: a\r\n\r\n", LIMIT);
+        assert!(error.is_err(), "bytes outside ASCII in the target");
+    }
+
+    #[test]
+    fn bounds_the_head() {
+        let mut long = String::from("GET /");
+        long.push_str(&"a".repeat(LIMIT));
+        assert!(matches!(
+            parse_request_head(long.as_bytes(), LIMIT),
+            Err(MessageError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            parse_request_head(b"GET / HTTP/1.1\r\nhost: a\r\n", LIMIT),
+            Ok(RequestParse::Partial)
+        ));
+        let mut many = String::from("GET / HTTP/1.1\r\nhost: a\r\n");
+        for i in 0..MAX_REQUEST_HEADERS {
+            many.push_str(&format!("x-{i}: 1\r\n"));
+        }
+        many.push_str("\r\n");
+        assert!(matches!(
+            parse_request_head(many.as_bytes(), LIMIT),
+            Err(MessageError::TooManyHeaders { .. })
+        ));
+        let complete_but_long = format!(
+            "GET / HTTP/1.1\r\nhost: a\r\nx: {}\r\n\r\n",
+            "b".repeat(200)
+        );
+        assert!(matches!(
+            parse_request_head(complete_but_long.as_bytes(), 100),
+            Err(MessageError::TooLarge { limit: 100 })
+        ));
+    }
+
+    #[test]
+    fn request_heads_for_upstreams() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("a.example"));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("99"));
+        headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
+        let mut out = Vec::new();
+        let framing = request_framing(&Method::GET, true, Some(0));
+        encode_request_head(&Method::GET, "/a?b=1", &headers, framing, &mut out).unwrap();
+        assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: a.example\r\n\r\n");
+
+        out.clear();
+        let framing = request_framing(&Method::POST, true, Some(0));
+        encode_request_head(&Method::POST, "/", &HeaderMap::new(), framing, &mut out).unwrap();
+        assert_eq!(out, b"POST / HTTP/1.1\r\ncontent-length: 0\r\n\r\n");
+
+        assert_eq!(
+            request_framing(&Method::POST, false, Some(7)),
+            RequestFraming::Length(7)
+        );
+        assert_eq!(
+            request_framing(&Method::PUT, false, None),
+            RequestFraming::Chunked
+        );
+        for bad in ["", "/a b", "/a\r\nx: y", "/\x7f"] {
+            let error = encode_request_head(&Method::GET, bad, &headers, framing, &mut out);
+            assert!(error.is_err(), "{bad:?}");
+        }
+    }
+}
