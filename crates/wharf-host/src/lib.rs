@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod body;
 pub mod call;
+mod connection;
 mod dispatch;
 pub mod error;
 pub mod h1;

@@ -6,12 +6,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -21,13 +19,12 @@ use wharf_metrics::{Metrics, SessionMetrics};
 
 use crate::admin::ReloadHook;
 use crate::admin::{self, AdminState};
-use crate::call::{ClientAddr, Inflight};
-use crate::dispatch::{dispatch_h2, Dispatcher};
-use crate::h1::{self, Prefixed, Served, Transport};
+use crate::call::Inflight;
+use crate::connection::{spawn_plain, spawn_tls, Held, SessionLimits, SessionParts};
+use crate::dispatch::Dispatcher;
 use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
-use crate::session::{ClockedStream, SessionClock, Verdict};
 use crate::tls::{self, TlsError, TlsFiles};
 
 /// Why the host could not start.
@@ -199,7 +196,8 @@ impl Sessions {
     }
 }
 
-struct SessionGuard(Arc<Sessions>);
+/// One open session, counted until dropped.
+pub(crate) struct SessionGuard(Arc<Sessions>);
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
@@ -209,12 +207,6 @@ impl Drop for SessionGuard {
             self.0.all_closed.notify_waiters();
         }
     }
-}
-
-#[derive(Clone, Copy)]
-struct SessionLimits {
-    header_read_timeout: Duration,
-    idle_timeout: Duration,
 }
 
 impl Host {
@@ -314,32 +306,25 @@ impl Host {
                     continue;
                 }
             };
-            let session = sessions.opened();
-            let serve = SessionParts {
+            let held: Held = (sessions.opened(), slot);
+            let parts = SessionParts {
                 h2: h2.clone(),
                 dispatcher: dispatcher.clone(),
                 stop: session_stop.clone(),
                 limits: session_limits,
             };
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                match accepted {
-                    Accepted::Tcp(stream, peer) => {
-                        if let Err(error) = stream.set_nodelay(true) {
-                            debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
-                        }
-                        match tls {
-                            // Boxed: a TLS handshake's state is large, and a task's future is
-                            // as large as its largest path.
-                            Some(tls) => Box::pin(serve.run_tls(tls, stream, peer)).await,
-                            None => serve.run(stream, Some(peer)).await,
-                        }
+            match accepted {
+                Accepted::Tcp(stream, peer) => {
+                    if let Err(error) = stream.set_nodelay(true) {
+                        debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
                     }
-                    Accepted::Unix(stream) => serve.run(stream, None).await,
+                    match &tls {
+                        Some(tls) => spawn_tls(parts, tls.clone(), stream, peer, held),
+                        None => spawn_plain(parts, stream, Some(peer), held),
+                    }
                 }
-                drop(session);
-                drop(slot);
-            });
+                Accepted::Unix(stream) => spawn_plain(parts, stream, None, held),
+            }
         }
 
         admin_state.set_ready(false);
@@ -383,14 +368,6 @@ fn h2_builder(server: &ServerConfig) -> http2::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
     builder
-}
-
-/// What every session task needs.
-struct SessionParts {
-    h2: Arc<http2::Builder<TokioExecutor>>,
-    dispatcher: Arc<Dispatcher>,
-    stop: watch::Receiver<bool>,
-    limits: SessionLimits,
 }
 
 /// A connection just accepted.
@@ -437,142 +414,4 @@ fn bind_unix(path: PathBuf) -> Result<(UnixListener, PathBuf), HostError> {
     }
     let listener = UnixListener::bind(&path).map_err(error)?;
     Ok((listener, path))
-}
-
-impl SessionParts {
-    /// HTTP/1.1, or HTTP/2 when the client opens with its preface.
-    async fn run<S: Transport>(self, stream: S, peer: Option<SocketAddr>) {
-        let limits = h1::Limits {
-            header_read_timeout: self.limits.header_read_timeout,
-            idle_timeout: self.limits.idle_timeout,
-            max_header_bytes: self.dispatcher.max_header_bytes,
-        };
-        match h1::serve(stream, &self.dispatcher, limits, self.stop.clone(), peer).await {
-            Served::Closed => {}
-            Served::Http2(stream, prefix) => {
-                // Boxed: hyper's HTTP/2 connection is large, and would size every
-                // HTTP/1.1 connection's task if it were inline.
-                Box::pin(serve_h2(self, Prefixed::new(prefix, stream), peer)).await;
-            }
-        }
-    }
-
-    /// TLS: the handshake (within the head deadline), then HTTP/2 when ALPN chose it, else
-    /// HTTP/1.1.
-    async fn run_tls(self, tls: TlsAcceptor, stream: TcpStream, peer: SocketAddr) {
-        let handshake = tokio::time::timeout(self.limits.header_read_timeout, tls.accept(stream));
-        let stream = match handshake.await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => {
-                debug!(peer = %peer, error = %error, "tls handshake failed");
-                return;
-            }
-            Err(_) => {
-                debug!(peer = %peer, "tls handshake timed out");
-                return;
-            }
-        };
-        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-            Box::pin(serve_h2(self, stream, Some(peer))).await;
-        } else {
-            self.run(stream, Some(peer)).await;
-        }
-    }
-}
-
-/// Serves one HTTP/2 connection (hyper) until it ends, enforcing the session
-/// timeouts and closing gracefully when the host drains.
-async fn serve_h2<S>(parts: SessionParts, stream: S, peer: Option<SocketAddr>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let SessionParts {
-        h2,
-        dispatcher,
-        mut stop,
-        limits,
-    } = parts;
-    let peer_label = peer.map_or_else(|| "unix".to_owned(), |peer| peer.to_string());
-    let clock = SessionClock::new();
-    let io = TokioIo::new(ClockedStream::new(stream, clock.clone()));
-    let service_clock = clock.clone();
-    let service = hyper::service::service_fn(move |request| {
-        dispatch_h2(
-            dispatcher.clone(),
-            service_clock.call_started(),
-            peer.map(ClientAddr),
-            request,
-        )
-    });
-    let connection = h2.serve_connection(io, service);
-    tokio::pin!(connection);
-    let stop_signal = stop.changed();
-    tokio::pin!(stop_signal);
-    // Stays `false` once the drain signal fired or can no longer fire.
-    let mut watch_stop = true;
-    let mut closing = false;
-    let first_due = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
-        Verdict::WaitUntil(instant) => instant,
-        _ => tokio::time::Instant::now(),
-    };
-    let timer = tokio::time::sleep_until(first_due);
-    tokio::pin!(timer);
-    let mut seen_generation = clock.generation();
-    std::future::poll_fn(|cx| loop {
-        if let Poll::Ready(result) = connection.as_mut().poll(cx) {
-            if let Err(error) = result {
-                debug!(peer = %peer_label, error = %error, "connection ended with error");
-            }
-            return Poll::Ready(());
-        }
-        if watch_stop {
-            if let Poll::Ready(changed) = stop_signal.as_mut().poll(cx) {
-                watch_stop = false;
-                if changed.is_ok() && !closing {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                    continue;
-                }
-            }
-        }
-        // A deadline only comes closer through something the connection
-        // just did in this task: move the timer then, never on every poll.
-        let generation = clock.generation();
-        if generation != seen_generation {
-            seen_generation = generation;
-            if let Verdict::WaitUntil(due) =
-                clock.check(limits.header_read_timeout, limits.idle_timeout)
-            {
-                if due < timer.deadline() {
-                    timer.as_mut().reset(due);
-                }
-            }
-        }
-        if timer.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        // The timer fired: a deadline passed, or it was set for one that has
-        // moved later since; look again.
-        let next = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
-            Verdict::WaitUntil(instant) => instant,
-            Verdict::HeadTimedOut => {
-                debug!(peer = %peer_label, "request head not received within header_read_timeout; closing");
-                return Poll::Ready(());
-            }
-            Verdict::WriteStalled => {
-                debug!(peer = %peer_label, "response not read by the client within idle_timeout; closing");
-                return Poll::Ready(());
-            }
-            Verdict::Idle => {
-                if !closing {
-                    debug!(peer = %peer_label, "idle_timeout; closing");
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
-                tokio::time::Instant::now() + limits.idle_timeout
-            }
-        };
-        timer.as_mut().reset(next);
-    })
-    .await;
 }

@@ -225,7 +225,10 @@ impl FillJob {
         deadline: tokio::time::Instant,
         lease: &mut Option<Lease>,
     ) -> Result<Option<Arc<ResponseHead>>, ProxyError> {
-        let fetched = self.origin.fetch(&self.target).await;
+        let fetched = self
+            .origin
+            .fetch(&self.target, deadline, self.total_timeout)
+            .await;
         self.upstream_metrics
             .record(crate::service::upstream_outcome(&fetched));
         let response = fetched?;

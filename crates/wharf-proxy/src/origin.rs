@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::Response;
 use rustls::pki_types::ServerName;
+use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tracing::debug;
 use url::Url;
@@ -67,51 +68,73 @@ impl Origin {
         }
     }
 
-    /// Sends `GET target` and waits for the response head, at most
-    /// `first_byte_timeout` (which includes connecting).
+    /// Sends `GET target` and waits for the response head: at most `first_byte_timeout`
+    /// (which includes connecting), and never past `deadline` (the call's `total_timeout`,
+    /// which then is what the error reports).
     pub(crate) async fn fetch(
         &self,
         target: &Target,
+        deadline: Instant,
+        total_timeout: Duration,
     ) -> Result<Response<ResponseBody>, ProxyError> {
-        let timeout = self.inner.first_byte_timeout;
-        match tokio::time::timeout(timeout, self.exchange(target)).await {
+        let first_byte = Instant::now() + self.inner.first_byte_timeout;
+        // One timer for both limits: the sooner one.
+        let (due, after) = if deadline < first_byte {
+            (deadline, total_timeout)
+        } else {
+            (first_byte, self.inner.first_byte_timeout)
+        };
+        match tokio::time::timeout_at(due, self.exchange(target)).await {
             Ok(result) => result,
             Err(_elapsed) => Err(ProxyError::OriginTimeout {
                 origin: target.label.clone(),
                 what: "no response headers",
-                after: timeout,
+                after,
             }),
         }
     }
 
     async fn exchange(&self, target: &Target) -> Result<Response<ResponseBody>, ProxyError> {
         let (slot, idle) = self.inner.pool.check_out(target.pool_key());
+        let reused = idle.is_some();
         // Connecting is boxed: resolving and the TLS handshake hold a lot of state, which
         // every call's future would otherwise carry, also while it waits on a pooled one.
-        let mut connection = match idle {
+        let connection = match idle {
             Some(connection) => connection,
             None => Box::pin(self.connect(&target.url)).await?,
         };
-        loop {
-            let reused = connection.is_reused();
-            match connection
-                .send_encoded(&target.request, Some(slot.clone()))
-                .await
-            {
-                Ok(response) => return Ok(response),
-                // The origin closed a pooled connection while it was idle: a GET goes
-                // again, once, on a new connection (a new one is never stale).
-                Err(failure) if failure.stale && reused => {
-                    debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
-                    connection = Box::pin(self.connect(&target.url)).await?;
-                }
-                Err(failure) => {
-                    return Err(ProxyError::OriginUnavailable {
-                        origin: target.label.clone(),
-                        message: error_chain(&failure.error),
-                    })
-                }
+        match connection
+            .send_encoded(&target.request, Some(slot.clone()))
+            .await
+        {
+            Ok(response) => Ok(response),
+            // The origin closed a pooled connection while it was idle: a GET goes again,
+            // once, on a new connection (a new one is never stale). Boxed: it is rare.
+            Err(failure) if failure.stale && reused => {
+                debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
+                Box::pin(self.exchange_fresh(target, slot)).await
             }
+            Err(failure) => Err(self.unavailable(target, &failure.error)),
+        }
+    }
+
+    /// The exchange again on a new connection.
+    async fn exchange_fresh(
+        &self,
+        target: &Target,
+        slot: wharf_upstream::PoolSlot,
+    ) -> Result<Response<ResponseBody>, ProxyError> {
+        let connection = self.connect(&target.url).await?;
+        connection
+            .send_encoded(&target.request, Some(slot))
+            .await
+            .map_err(|failure| self.unavailable(target, &failure.error))
+    }
+
+    fn unavailable(&self, target: &Target, error: &wharf_upstream::UpstreamError) -> ProxyError {
+        ProxyError::OriginUnavailable {
+            origin: target.label.clone(),
+            message: error_chain(error),
         }
     }
 

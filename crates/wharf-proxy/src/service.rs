@@ -314,15 +314,10 @@ impl Inner {
     ) -> Result<Response<ResponseBody>, ProxyError> {
         phases.enter(Phase::UpstreamConnect);
         let deadline = tokio::time::Instant::now() + self.total_timeout;
-        let fetched = tokio::time::timeout_at(deadline, self.origin.fetch(&target))
-            .await
-            .unwrap_or_else(|_elapsed| {
-                Err(ProxyError::OriginTimeout {
-                    origin: target.label.clone(),
-                    what: "no response headers",
-                    after: self.total_timeout,
-                })
-            });
+        let fetched = self
+            .origin
+            .fetch(&target, deadline, self.total_timeout)
+            .await;
         self.upstream_metrics.record(upstream_outcome(&fetched));
         let response = fetched?;
         phases.enter(Phase::FirstByte);

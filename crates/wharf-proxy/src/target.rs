@@ -27,7 +27,7 @@ use crate::request::RawQuery;
 const USER_AGENT: &str = concat!("wharf/", env!("CARGO_PKG_VERSION"));
 
 /// Raw `url` values remembered.
-const MEMO_ENTRIES: usize = 4096;
+const MEMO_ENTRIES: usize = 1024;
 /// Longer raw values are not remembered (they are parsed every time).
 const MEMO_MAX_KEY: usize = 2048;
 

@@ -9,7 +9,7 @@
 //! Memory: the read buffer is allocated only once the socket is readable, so a call waiting
 //! for a slow upstream holds none; its size adapts to the reads (8 KiB up to 256 KiB).
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -82,6 +82,82 @@ pub struct Connection {
     read_size: usize,
     /// Exchanges completed on this connection.
     exchanges: u64,
+}
+
+/// The future of [`Connection::send_encoded`]: writes the request, then reads the response
+/// head.
+#[derive(Debug)]
+pub struct Exchange {
+    /// Until the response head is read.
+    connection: Option<Connection>,
+    /// What is left to write of the request.
+    unwritten: Bytes,
+    /// The request is HEAD (its response has no body, whatever it says).
+    head_request: bool,
+    slot: Option<PoolSlot>,
+    /// The connection came from a pool (a failure before any answer is then stale).
+    reused: bool,
+    /// Still writing (or flushing) the request.
+    writing: bool,
+    /// Response bytes read.
+    received: usize,
+}
+
+impl Future for Exchange {
+    type Output = Result<Response<ResponseBody>, SendError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let Some(connection) = this.connection.as_mut() else {
+            return Poll::Pending; // polled after completion
+        };
+        if this.writing {
+            while !this.unwritten.is_empty() {
+                match Pin::new(&mut connection.io).poll_write(cx, &this.unwritten) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(this.fail(io::ErrorKind::WriteZero.into())))
+                    }
+                    Poll::Ready(Ok(n)) => this.unwritten.advance(n),
+                    Poll::Ready(Err(error)) => return Poll::Ready(Err(this.fail(error))),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            match Pin::new(&mut connection.io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => this.writing = false,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(this.fail(error))),
+                Poll::Pending => return Poll::Pending,
+            }
+            this.received = connection.buf.len();
+        }
+        let method = if this.head_request {
+            &Method::HEAD
+        } else {
+            &Method::GET
+        };
+        let parsed = ready!(connection.poll_head(cx, method, &mut this.received));
+        let Some(connection) = this.connection.take() else {
+            return Poll::Pending;
+        };
+        Poll::Ready(match parsed {
+            Ok(parsed) => Ok(connection.respond(parsed, true, this.slot.take())),
+            Err(error) => Err(SendError {
+                error,
+                stale: this.reused && this.received == 0,
+            }),
+        })
+    }
+}
+
+impl Exchange {
+    /// Writing the request failed: the connection is closed.
+    fn fail(&mut self, error: io::Error) -> SendError {
+        self.connection = None;
+        let error = UpstreamError::Write(error);
+        SendError {
+            stale: self.reused && is_reset(&error),
+            error,
+        }
+    }
 }
 
 /// How sending a request body ended.
@@ -192,18 +268,18 @@ impl Connection {
     }
 
     /// Sends a bodiless request encoded beforehand (see [`EncodedRequest`]) and reads the
-    /// response head, as [`Connection::send`] does.
-    pub async fn send_encoded(
-        mut self,
-        request: &EncodedRequest,
-        slot: Option<PoolSlot>,
-    ) -> Result<Response<ResponseBody>, SendError> {
-        let reused = self.is_reused();
-        if let Err(error) = self.write_head(&request.bytes).await {
-            let stale = reused && is_reset(&error);
-            return Err(SendError { error, stale });
+    /// response head, as [`Connection::send`] does. The returned future is small (a few
+    /// hundred bytes): a call waiting on a slow upstream holds little more than its socket.
+    pub fn send_encoded(self, request: &EncodedRequest, slot: Option<PoolSlot>) -> Exchange {
+        Exchange {
+            reused: self.is_reused(),
+            connection: Some(self),
+            unwritten: request.bytes.clone(),
+            head_request: request.method == Method::HEAD,
+            slot,
+            writing: true,
+            received: 0,
         }
-        self.receive(&request.method, reused, true, slot).await
     }
 
     /// Reads the response head once the request is out. `retry_safe`: a failure before any
@@ -215,20 +291,31 @@ impl Connection {
         keep_alive_allowed: bool,
         slot: Option<PoolSlot>,
     ) -> Result<Response<ResponseBody>, SendError> {
-        let mut parsed = match self.read_head(method).await {
-            Ok(head) => head,
-            Err((error, received)) => {
+        let mut received = self.buf.len();
+        let parsed = poll_fn(|cx| self.poll_head(cx, method, &mut received)).await;
+        match parsed {
+            Ok(parsed) => Ok(self.respond(parsed, keep_alive_allowed, slot)),
+            Err(error) => {
                 let stale = retry_safe && received == 0;
-                return Err(SendError { error, stale });
+                Err(SendError { error, stale })
             }
-        };
+        }
+    }
+
+    /// The response to a parsed head: the body reads from this connection.
+    fn respond(
+        self,
+        mut parsed: ParsedHead,
+        keep_alive_allowed: bool,
+        slot: Option<PoolSlot>,
+    ) -> Response<ResponseBody> {
         parsed.keep_alive &= keep_alive_allowed;
         let mut response = Response::new(());
         *response.status_mut() = parsed.status;
         *response.version_mut() = parsed.version;
         *response.headers_mut() = std::mem::take(&mut parsed.headers);
         let body = ResponseBody::new(self, parsed.framing, parsed.keep_alive, slot);
-        Ok(response.map(|()| body))
+        response.map(|()| body)
     }
 
     async fn write_head(&mut self, head: &[u8]) -> Result<(), UpstreamError> {
@@ -332,10 +419,14 @@ impl Connection {
         Poll::Pending
     }
 
-    /// Reads until a final response head is complete; skips interim (1xx) responses. On error,
-    /// also says how many bytes had come back.
-    async fn read_head(&mut self, method: &Method) -> Result<ParsedHead, (UpstreamError, usize)> {
-        let mut received = self.buf.len();
+    /// Reads until a final response head is complete; skips interim (1xx) responses.
+    /// `received` counts the response bytes that came back.
+    fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        method: &Method,
+        received: &mut usize,
+    ) -> Poll<Result<ParsedHead, UpstreamError>> {
         loop {
             match parse_response_head(&self.buf, method) {
                 Ok(HeadParse::Partial) => {}
@@ -345,16 +436,17 @@ impl Connection {
                 }
                 Ok(HeadParse::Complete(len, head)) => {
                     self.buf.advance(len);
-                    return Ok(head);
+                    return Poll::Ready(Ok(head));
                 }
-                Err(error) => return Err((error.into(), received)),
+                Err(error) => return Poll::Ready(Err(error.into())),
             }
-            match poll_fn(|cx| self.poll_read_more(cx)).await {
+            match ready!(self.poll_read_more(cx)) {
                 Ok(0) => {
-                    return Err((UpstreamError::ClosedBeforeHead { received }, received));
+                    let received = *received;
+                    return Poll::Ready(Err(UpstreamError::ClosedBeforeHead { received }));
                 }
-                Ok(n) => received += n,
-                Err(error) => return Err((UpstreamError::Read(error), received)),
+                Ok(n) => *received += n,
+                Err(error) => return Poll::Ready(Err(UpstreamError::Read(error))),
             }
         }
     }

@@ -27,7 +27,7 @@ mod stream;
 mod tls;
 
 pub use body::ResponseBody;
-pub use connection::{Connection, EncodedRequest, RequestHead};
+pub use connection::{Connection, EncodedRequest, Exchange, RequestHead};
 pub use error::{SendError, UpstreamError};
 pub use pool::{IdlePool, PoolLimits, PoolSlot};
 pub use stream::UpstreamStream;

@@ -32,6 +32,7 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -116,7 +117,7 @@ struct Conn<S> {
 /// Serves one connection until it closes, or until it turns out to speak HTTP/2.
 pub(crate) async fn serve<S: Transport>(
     io: S,
-    dispatcher: &Dispatcher,
+    dispatcher: Arc<Dispatcher>,
     limits: Limits,
     stop: watch::Receiver<bool>,
     peer: Option<SocketAddr>,
