@@ -8,7 +8,8 @@
 #   bench/soak.sh --out soak.csv  # keep the samples somewhere else
 #
 # What it does:
-#   1. cargo build --release (the wharf binary), unless WHARF_BIN names one;
+#   1. cargo build --release (the wharf binary, in CARGO_TARGET_DIR if set),
+#      unless WHARF_BIN names one;
 #   2. starts `wharf testbed` and `wharf serve` on free loopback ports, the
 #      config (like examples/local.toml, smaller cache) in a temp directory;
 #   3. drives traffic with curl loops at a steady rate until the time is up:
@@ -20,8 +21,13 @@
 #      cache bytes) into a CSV;
 #   5. verdict: FAIL (exit 1) if RSS or fds keep growing (the last third's
 #      max above the middle third's max by more than 20 % + 8 MiB, or
-#      20 % + 8 fds), if calls are still outstanding or queued 10 s after the
-#      load stops, or if wharf does not exit 0 on SIGTERM.
+#      20 % + 8 fds), if RSS still climbs in the second half of the load
+#      (least-squares slope over those samples above SOAK_MAX_SLOPE_KIB per
+#      minute, default 512 = 0.5 MiB/min; judged when that half spans at
+#      least 60 s, i.e. --minutes 2 or more: the cache fills in under a
+#      minute, so the second half is past warm-up), if calls are still
+#      outstanding or queued 10 s after the load stops, or if wharf does not
+#      exit 0 on SIGTERM.
 #
 # Only loopback addresses are used; every process started is stopped by PID.
 # Needs: bash, curl, awk, python3 (to find free ports), cargo.
@@ -36,7 +42,7 @@ while [ $# -gt 0 ]; do
         --minutes=*) minutes="${1#*=}"; shift ;;
         --out) out="$2"; shift 2 ;;
         --out=*) out="${1#*=}"; shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
         *) echo "soak: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -45,6 +51,10 @@ case "$minutes" in
 esac
 duration=$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 }')
 [ "$duration" -ge 30 ] || { echo "soak: at least 0.5 minutes" >&2; exit 2; }
+max_slope="${SOAK_MAX_SLOPE_KIB:-512}"
+case "$max_slope" in
+    ''|*[!0-9]*) echo "soak: SOAK_MAX_SLOPE_KIB wants whole KiB per minute, got '$max_slope'" >&2; exit 2 ;;
+esac
 
 for tool in curl awk python3; do
     command -v "$tool" >/dev/null || { echo "soak: $tool is needed" >&2; exit 2; }
@@ -68,7 +78,7 @@ if [ -n "${WHARF_BIN:-}" ]; then
 else
     echo "soak: building release binary"
     cargo build --release --quiet --bin wharf
-    wharf=target/release/wharf
+    wharf="${CARGO_TARGET_DIR:-target}/release/wharf"
 fi
 
 free_port() {
@@ -210,7 +220,7 @@ for f in "$work"/*.codes; do
 done
 
 verdict=0
-summary=$(awk -F, 'NR > 1 { n++; t[n] = $2; rss[n] = $3; fds[n] = $4 }
+summary=$(awk -F, -v d="$duration" 'NR > 1 { n++; t[n] = $2; rss[n] = $3; fds[n] = $4 }
 END {
     a = int(n / 3); b = int(2 * n / 3)
     for (i = 1; i <= n; i++) {
@@ -218,16 +228,29 @@ END {
         else if (i <= b) { r2 = (rss[i] > r2 ? rss[i] : r2); f2 = (fds[i] > f2 ? fds[i] : f2) }
         else { r3 = (rss[i] > r3 ? rss[i] : r3); f3 = (fds[i] > f3 ? fds[i] : f3) }
     }
-    # RSS trend over the last third (KiB per minute), for the record.
-    slope = (n > b + 1 && t[n] > t[b + 1]) ? (rss[n] - rss[b + 1]) * 60 / (t[n] - t[b + 1]) : 0
-    printf "%d %d %d %d %d %d %d %d\n", n, r1, r2, r3, f1, f2, f3, slope
+    # RSS slope over the second half of the load (least squares, KiB per
+    # minute); the last row, sampled after the load stopped, is left out.
+    for (i = 1; i < n; i++) {
+        if (t[i] < d / 2 || t[i] > d) continue
+        k++; sx += t[i]; sy += rss[i]; sxx += t[i] * t[i]; sxy += t[i] * rss[i]
+        if (k == 1) first = t[i]; last = t[i]
+    }
+    den = k * sxx - sx * sx
+    slope = (k >= 3 && den > 0) ? (k * sxy - sx * sy) / den * 60 : 0
+    span = k >= 1 ? last - first : 0
+    printf "%d %d %d %d %d %d %d %.0f %d %d\n", n, r1, r2, r3, f1, f2, f3, slope, k, span
 }' "$csv")
-read -r n r1 r2 r3 f1 f2 f3 slope <<< "$summary"
+read -r n r1 r2 r3 f1 f2 f3 slope slope_n slope_span <<< "$summary"
 echo
 echo "soak: $n samples; max RSS by third: $r1 / $r2 / $r3 KiB; max fds by third: $f1 / $f2 / $f3"
-echo "soak: RSS trend over the last third: $slope KiB/min (informational, not part of the verdict)"
+echo "soak: RSS slope over the second half of the load: $slope KiB/min ($slope_n samples over $slope_span s; bound $max_slope KiB/min)"
 if [ "$n" -lt 6 ]; then
     echo "soak: FAIL: too few samples ($n)"; verdict=1
+fi
+if [ "$slope_span" -lt 60 ]; then
+    echo "soak: RSS slope not judged (the second half spans under 60 s; use --minutes 2 or more)"
+elif [ "$slope" -gt "$max_slope" ]; then
+    echo "soak: FAIL: RSS still climbing ($slope KiB/min over the second half > $max_slope)"; verdict=1
 fi
 if [ "$r3" -gt $(( r2 * 12 / 10 + 8192 )) ]; then
     echo "soak: FAIL: RSS still growing (last third max $r3 KiB > 1.2 × $r2 + 8 MiB)"; verdict=1

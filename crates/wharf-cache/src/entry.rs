@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 
 /// The status and the headers of a response, as they will be relayed.
 #[derive(Debug, Clone)]
@@ -36,13 +36,15 @@ pub struct CachedResponse {
 impl CachedResponse {
     /// Builds an entry stored `now` that stays fresh for `ttl`.
     ///
-    /// A small body is copied into one buffer of exactly its length: chunks
-    /// read from a socket are slices of larger read buffers, and keeping
-    /// them would pin those whole buffers, so the cache would hold far
-    /// more memory than the bytes it counts. A large body keeps its chunks
-    /// (they fill their buffers, and a copy would double the peak memory
-    /// of a fill that readers still hold).
+    /// Everything read from a socket is a slice of a larger read buffer, and
+    /// keeping the slice pins the whole buffer, so the cache would hold far
+    /// more memory than the bytes it counts. Hence the entry owns its bytes:
+    /// the header values are copied (see `owned_head`), and a small body
+    /// is copied into one buffer of exactly its length. A large body keeps
+    /// its chunks (they fill their buffers, and a copy would double the peak
+    /// memory of a fill that readers still hold).
     pub fn new(head: Arc<ResponseHead>, body: Vec<Bytes>, now: Instant, ttl: Duration) -> Self {
+        let head = owned_head(&head);
         let body_len: u64 = body.iter().map(|c| c.len() as u64).sum();
         let body: Arc<[Bytes]> = if body_len <= COMPACT_UP_TO {
             let mut compact =
@@ -85,6 +87,28 @@ impl CachedResponse {
     }
 }
 
+/// A copy of `head` whose header values own their bytes.
+///
+/// hyper parses a response head in place: each header value is a slice of
+/// the connection's read buffer (up to ~400 KiB, often holding earlier
+/// bodies too), so a cached `content-type` would keep that whole buffer
+/// alive for as long as the entry lives (issue 7: RSS grew ~2 MiB/min
+/// under cache churn while the cache's bytes stayed flat).
+fn owned_head(head: &ResponseHead) -> Arc<ResponseHead> {
+    let mut headers = HeaderMap::with_capacity(head.headers.len());
+    for (name, value) in &head.headers {
+        // Any value hyper accepted is valid here too; should one not be,
+        // keeping it shared beats dropping it.
+        let mut owned = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        owned.set_sensitive(value.is_sensitive());
+        headers.append(name.clone(), owned);
+    }
+    Arc::new(ResponseHead {
+        status: head.status,
+        headers,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +132,42 @@ mod tests {
         let stored = entry.body[0].as_ptr() as usize;
         let read = read_buffer.as_ptr() as usize;
         assert!(stored < read || stored >= read + read_buffer.len());
+    }
+
+    /// Issue 7: a cached head must not keep the read buffer it was parsed
+    /// from, which holds ~400 KiB where the values need a few bytes.
+    #[test]
+    fn issue_7_cached_headers_do_not_pin_the_read_buffer() {
+        let mut read_buffer = b"text/plain".to_vec();
+        read_buffer.resize(64 * 1024, b' ');
+        let read_buffer = Bytes::from(read_buffer);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_maybe_shared(read_buffer.slice(0..10)).unwrap(),
+        );
+        let mut secret = HeaderValue::from_maybe_shared(read_buffer.slice(0..4)).unwrap();
+        secret.set_sensitive(true);
+        headers.append(http::header::ETAG, secret.clone());
+        headers.append(http::header::ETAG, secret);
+        let head = Arc::new(ResponseHead {
+            status: StatusCode::OK,
+            headers,
+        });
+        let entry = CachedResponse::new(head, Vec::new(), Instant::now(), Duration::from_secs(1));
+
+        let read = read_buffer.as_ptr() as usize..read_buffer.as_ptr() as usize + read_buffer.len();
+        assert_eq!(entry.head.headers.len(), 3);
+        assert_eq!(entry.head.headers["content-type"], "text/plain");
+        let etags: Vec<_> = entry.head.headers.get_all("etag").iter().collect();
+        assert_eq!(etags, ["text", "text"]);
+        assert!(etags.iter().all(|value| value.is_sensitive()));
+        for value in entry.head.headers.values() {
+            let stored = value.as_bytes().as_ptr() as usize;
+            assert!(
+                !read.contains(&stored),
+                "a header value still points into the read buffer"
+            );
+        }
     }
 }
