@@ -1,6 +1,6 @@
 //! What a cache entry is: a response head plus its complete body.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,6 +31,9 @@ pub struct CachedResponse {
     pub stored_at: Instant,
     /// When the entry stops being served.
     pub expires_at: Instant,
+    /// The head as a server answers a hit with it, built once by that server on the first
+    /// hit (its own headers added) and cloned for every hit after.
+    pub served_head: OnceLock<HeaderMap>,
 }
 
 impl CachedResponse {
@@ -62,6 +65,7 @@ impl CachedResponse {
             body_len,
             stored_at: now,
             expires_at: now + ttl,
+            served_head: OnceLock::new(),
         }
     }
 

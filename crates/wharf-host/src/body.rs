@@ -1,7 +1,12 @@
 //! The response body type every service returns, and small constructors.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
-use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::BodyExt;
 
 /// The error a streamed response body may end with. Ending with an error
 /// makes the host abort the response (close the connection, or omit the
@@ -9,19 +14,96 @@ use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty, Full};
 /// client as a truncation.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A response body: fixed bytes or a stream of chunks.
-pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
+/// A response body: fixed bytes, or a stream of chunks.
+///
+/// Fixed bytes (an error answer, a cached object) are held as they are, with no box; any
+/// other body is boxed ([`ResponseBody::new`], or `From` a boxed body).
+pub struct ResponseBody(Kind);
+
+enum Kind {
+    /// Bytes not handed out yet (`None` once they were).
+    Full(Option<Bytes>),
+    /// Any other body.
+    Boxed(UnsyncBoxBody<Bytes, BoxError>),
+}
+
+impl ResponseBody {
+    /// A body holding exactly `bytes`.
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
+        ResponseBody(Kind::Full((!bytes.is_empty()).then_some(bytes)))
+    }
+
+    /// An empty body.
+    pub fn empty() -> Self {
+        ResponseBody(Kind::Full(None))
+    }
+
+    /// Any body of `Bytes` whose errors convert to [`BoxError`].
+    pub fn new<B>(body: B) -> Self
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        ResponseBody(Kind::Boxed(body.map_err(Into::into).boxed_unsync()))
+    }
+}
+
+impl From<UnsyncBoxBody<Bytes, BoxError>> for ResponseBody {
+    fn from(body: UnsyncBoxBody<Bytes, BoxError>) -> Self {
+        ResponseBody(Kind::Boxed(body))
+    }
+}
+
+impl std::fmt::Debug for ResponseBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Kind::Full(bytes) => f
+                .debug_tuple("Full")
+                .field(&bytes.as_ref().map_or(0, Bytes::len))
+                .finish(),
+            Kind::Boxed(_) => f.write_str("Boxed"),
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.get_mut().0 {
+            Kind::Full(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
+            Kind::Boxed(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Kind::Full(bytes) => bytes.is_none(),
+            Kind::Boxed(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.0 {
+            Kind::Full(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Boxed(body) => body.size_hint(),
+        }
+    }
+}
 
 /// A body holding exactly `bytes`.
 pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
+    ResponseBody::full(bytes)
 }
 
 /// An empty body.
 pub fn empty() -> ResponseBody {
-    Empty::new().map_err(|never| match never {}).boxed_unsync()
+    ResponseBody::empty()
 }
 
 pin_project_lite::pin_project! {
@@ -101,12 +183,14 @@ pub fn guard_body<G: Send + 'static>(
     guard: G,
 ) -> http::Response<ResponseBody> {
     response.map(|inner| {
-        GuardedBody {
-            inner,
-            guard: Some(guard),
-            unflushed: false,
-            held: None,
-        }
-        .boxed_unsync()
+        ResponseBody::from(
+            GuardedBody {
+                inner,
+                guard: Some(guard),
+                unflushed: false,
+                held: None,
+            }
+            .boxed_unsync(),
+        )
     })
 }

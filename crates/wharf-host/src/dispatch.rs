@@ -40,7 +40,7 @@ impl Dispatcher {
                     "not_found",
                     &format!("no service at {}", request.uri().path()),
                 );
-                Box::pin(std::future::ready(response))
+                CallFuture::ready(response)
             }
         }
     }

@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use http::{Request, Response};
 
@@ -10,7 +11,56 @@ use crate::body::ResponseBody;
 use crate::request_body::RequestBody;
 
 /// The future of one call: a response, always (errors are responses too).
-pub type CallFuture = Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>;
+///
+/// A call answered without waiting (a cache hit, an error) is [`CallFuture::ready`] and
+/// costs no allocation; one that waits boxes its future ([`CallFuture::new`]).
+pub enum CallFuture {
+    /// The answer, already there (taken on the first poll).
+    Ready(Option<Response<ResponseBody>>),
+    /// A call in progress.
+    Pending(Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>),
+}
+
+impl CallFuture {
+    /// An answered call.
+    pub fn ready(response: Response<ResponseBody>) -> Self {
+        CallFuture::Ready(Some(response))
+    }
+
+    /// A call that has to wait.
+    pub fn new(future: impl Future<Output = Response<ResponseBody>> + Send + 'static) -> Self {
+        CallFuture::Pending(Box::pin(future))
+    }
+
+    /// The answer, if the call needs no polling to have one.
+    pub fn take_ready(&mut self) -> Option<Response<ResponseBody>> {
+        match self {
+            CallFuture::Ready(response) => response.take(),
+            CallFuture::Pending(_) => None,
+        }
+    }
+}
+
+impl Future for CallFuture {
+    type Output = Response<ResponseBody>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            // Polled again after its answer: never ready again.
+            CallFuture::Ready(response) => response.take().map_or(Poll::Pending, Poll::Ready),
+            CallFuture::Pending(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl std::fmt::Debug for CallFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallFuture::Ready(_) => f.write_str("CallFuture::Ready"),
+            CallFuture::Pending(_) => f.write_str("CallFuture::Pending"),
+        }
+    }
+}
 
 /// A hosted service: answers every request with a response (errors are
 /// responses too, built with [`crate::error::json_error`]).
@@ -54,5 +104,5 @@ where
     F: Fn(Request<RequestBody>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ResponseBody>> + Send + 'static,
 {
-    HostService::new(move |request| Box::pin(f(request)))
+    HostService::new(move |request| CallFuture::new(f(request)))
 }

@@ -79,19 +79,24 @@ impl Stack {
         let count = self.count.begin();
         match self.throttle.try_admit(trace.call()) {
             Some(permit) => {
-                let inner = trace.span().in_scope(|| self.service.call(request));
-                Box::pin(Admitted {
-                    inner,
-                    guards: Some(CallGuards {
-                        _permit: Some(permit),
-                        count,
-                        trace,
+                let mut inner = trace.span().in_scope(|| self.service.call(request));
+                let guards = CallGuards {
+                    _permit: Some(permit),
+                    count,
+                    trace,
+                };
+                match inner.take_ready() {
+                    // Answered at once (a hit, an error): no future at all.
+                    Some(response) => CallFuture::ready(guards.respond(response)),
+                    None => CallFuture::new(Admitted {
+                        inner,
+                        guards: Some(guards),
                     }),
-                })
+                }
             }
             None => {
                 let stack = self.clone();
-                Box::pin(async move { stack.queued(request, trace, count).await })
+                CallFuture::new(async move { stack.queued(request, trace, count).await })
             }
         }
     }
@@ -111,7 +116,7 @@ impl Stack {
             .await;
         let (inner, permit) = match admitted {
             Ok(permit) => (span.in_scope(|| self.service.call(request)), Some(permit)),
-            Err(refusal) => (Box::pin(std::future::ready(refusal)) as CallFuture, None),
+            Err(refusal) => (CallFuture::ready(refusal), None),
         };
         Admitted {
             inner,
@@ -133,6 +138,15 @@ struct CallGuards {
     trace: CallTrace,
 }
 
+impl CallGuards {
+    /// The call's response, its body holding the guards.
+    fn respond(mut self, response: Response<ResponseBody>) -> Response<ResponseBody> {
+        self.trace.call().enter(Phase::Body);
+        self.count.set_status(response.status().as_u16());
+        guard_body(response, self)
+    }
+}
+
 /// An admitted call: the service's future, polled inside the call's span;
 /// its response body gets the guards.
 struct Admitted {
@@ -150,18 +164,15 @@ impl Future for Admitted {
         };
         let response = {
             let _entered = guards.trace.span().enter();
-            match this.inner.as_mut().poll(cx) {
-                Poll::Ready(response) => {
-                    guards.trace.call().enter(Phase::Body);
-                    response
-                }
+            match Pin::new(&mut this.inner).poll(cx) {
+                Poll::Ready(response) => response,
                 Poll::Pending => return Poll::Pending,
             }
         };
-        let Some(mut guards) = this.guards.take() else {
+        let Some(guards) = this.guards.take() else {
             return Poll::Pending;
         };
-        guards.count.set_status(response.status().as_u16());
-        Poll::Ready(guard_body(response, guards))
+        let _entered = guards.trace.span().clone().entered();
+        Poll::Ready(guards.respond(response))
     }
 }

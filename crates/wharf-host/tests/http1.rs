@@ -123,7 +123,7 @@ fn chunks(parts: &[&'static [u8]], fail: bool) -> ResponseBody {
     if fail {
         frames.push(Err("the upstream broke".into()));
     }
-    StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync()
+    ResponseBody::from(StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync())
 }
 
 /// Writes `request` and reads until the peer closes or `LIMIT` passes.

@@ -20,3 +20,31 @@ pub mod request;
 pub mod response;
 
 pub use error::MessageError;
+
+/// Appends `value` in decimal to `out`, without allocating.
+pub fn write_decimal(value: u64, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimals() {
+        for value in [0, 7, 10, 1024, 99_999, u64::MAX] {
+            let mut out = b"x".to_vec();
+            super::write_decimal(value, &mut out);
+            assert_eq!(out, format!("x{value}").as_bytes());
+        }
+    }
+}

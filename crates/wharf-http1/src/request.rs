@@ -79,7 +79,7 @@ pub fn encode_request_head(
         RequestFraming::None => {}
         RequestFraming::Length(len) => {
             out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(len.to_string().as_bytes());
+            crate::write_decimal(len, out);
             out.extend_from_slice(b"\r\n");
         }
         RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
@@ -112,11 +112,12 @@ pub struct ParsedRequest {
 
 /// What the request parser made of the buffered bytes.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // returned by value, never stored: no box per request
 pub enum RequestParse {
     /// More bytes are needed.
     Partial,
     /// A complete head of this many bytes.
-    Complete(usize, Box<ParsedRequest>),
+    Complete(usize, ParsedRequest),
 }
 
 /// Parses a request head from the front of `buf`; a head (or a partial one) longer than
@@ -182,7 +183,7 @@ pub fn parse_request_head(buf: &[u8], max_head_bytes: usize) -> Result<RequestPa
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     Ok(RequestParse::Complete(
         len,
-        Box::new(ParsedRequest {
+        ParsedRequest {
             method,
             uri,
             version,
@@ -190,7 +191,7 @@ pub fn parse_request_head(buf: &[u8], max_head_bytes: usize) -> Result<RequestPa
             framing,
             keep_alive,
             expect_continue,
-        }),
+        },
     ))
 }
 
@@ -206,7 +207,7 @@ mod tests {
         match parse_request_head(wire.as_bytes(), LIMIT)? {
             RequestParse::Complete(len, request) => {
                 assert_eq!(len, wire.find("\r\n\r\n").unwrap() + 4, "{wire}");
-                Ok(*request)
+                Ok(request)
             }
             RequestParse::Partial => panic!("partial: {wire:?}"),
         }

@@ -199,7 +199,7 @@ pub fn encode_response_head(
     };
     if let Some(len) = length {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(len.to_string().as_bytes());
+        crate::write_decimal(len, out);
         out.extend_from_slice(b"\r\n");
     }
     match connection {

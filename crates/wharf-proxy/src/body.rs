@@ -132,8 +132,10 @@ impl Body for OriginBody {
 
 /// Boxes an origin body for the client.
 pub(crate) fn relay(body: Pin<Box<OriginBody>>) -> ResponseBody {
-    body.map_err(|error| Box::new(error) as BoxError)
-        .boxed_unsync()
+    ResponseBody::from(
+        body.map_err(|error| Box::new(error) as BoxError)
+            .boxed_unsync(),
+    )
 }
 
 /// A fill's failure as a body error (it is shared, so wrapped, not moved).
@@ -164,7 +166,9 @@ pub(crate) fn from_fill(first: Option<Bytes>, reader: FillReader) -> ResponseBod
             .map_err(|failure| Box::new(SharedFailure(failure)) as BoxError);
         Some((frame, reader))
     });
-    StreamBody::new(futures_util::stream::iter(first).chain(rest)).boxed_unsync()
+    ResponseBody::from(
+        StreamBody::new(futures_util::stream::iter(first).chain(rest)).boxed_unsync(),
+    )
 }
 
 /// Serves a committed entry's chunks without copying them.
@@ -175,5 +179,5 @@ pub(crate) fn from_entry(entry: &Arc<CachedResponse>) -> ResponseBody {
     let entry = entry.clone();
     let chunks =
         (0..entry.body.len()).map(move |i| Ok::<_, BoxError>(Frame::data(entry.body[i].clone())));
-    StreamBody::new(futures_util::stream::iter(chunks)).boxed_unsync()
+    ResponseBody::from(StreamBody::new(futures_util::stream::iter(chunks)).boxed_unsync())
 }

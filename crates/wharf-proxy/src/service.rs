@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use http::{header, HeaderValue, Method, Request, Response};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
 use tracing::{debug, warn};
 use wharf_cache::{
     CachedResponse, FillFailure, FillReader, FillRegistry, Joined, MemoryCache, ResponseHead,
@@ -186,9 +186,9 @@ impl Inner {
                 if let Some(result) = result {
                     self.cache_metrics.request(result.as_str());
                 }
-                Box::pin(std::future::ready(response))
+                CallFuture::ready(response)
             }
-            Start::PassThrough(target, phases) => Box::pin(async move {
+            Start::PassThrough(target, phases) => CallFuture::new(async move {
                 let served = self.pass_through(target, &phases).await;
                 self.finish(served.map(|response| (response, CacheResult::Bypass)))
             }),
@@ -197,7 +197,7 @@ impl Inner {
                 phases,
                 joined,
                 cache_duration,
-            } => Box::pin(async move {
+            } => CallFuture::new(async move {
                 let served = self.fill(target, &phases, joined, cache_duration).await;
                 self.finish(served)
             }),
@@ -237,9 +237,10 @@ impl Inner {
             return Ok(Start::PassThrough(target, phases));
         }
         phases.enter(Phase::CacheLookup);
-        if let Some(entry) = self.cache.get(target.key(), Instant::now()) {
+        let now = Instant::now();
+        if let Some(entry) = self.cache.get(target.key(), now) {
             return Ok(Start::Done(
-                hit_response(&entry, "memory"),
+                hit_response(&entry, now),
                 Some(CacheResult::Hit),
             ));
         }
@@ -398,16 +399,41 @@ fn fill_error(failure: &FillFailure) -> ProxyError {
     }
 }
 
-fn hit_response(entry: &Arc<CachedResponse>, tier: &'static str) -> Response<ResponseBody> {
-    let mut response = build_response(&entry.head, from_entry(entry), CacheResult::Hit);
-    response.headers_mut().insert(
-        header::AGE,
-        HeaderValue::from(entry.age_secs(Instant::now())),
-    );
+/// The answer to a memory hit at `now`. Its head is built once per entry (relayed headers,
+/// `x-cache: hit`, `x-cache-tier: memory`, an `age` slot) and cloned for each hit, with
+/// only `age` set anew: no rehashing, no growth of the map, no formatting for ages under
+/// an hour.
+fn hit_response(entry: &Arc<CachedResponse>, now: Instant) -> Response<ResponseBody> {
+    let head = entry.served_head.get_or_init(|| {
+        let mut headers = HeaderMap::with_capacity(entry.head.headers.len() + 3);
+        for (name, value) in &entry.head.headers {
+            headers.append(name.clone(), value.clone());
+        }
+        headers.insert(X_CACHE, HeaderValue::from_static(CacheResult::Hit.as_str()));
+        headers.insert(X_CACHE_TIER, HeaderValue::from_static("memory"));
+        headers.insert(header::AGE, HeaderValue::from_static("0"));
+        headers
+    });
+    let mut response = Response::new(from_entry(entry));
+    *response.status_mut() = entry.head.status;
+    *response.headers_mut() = head.clone();
     response
         .headers_mut()
-        .insert(X_CACHE_TIER, HeaderValue::from_static(tier));
+        .insert(header::AGE, age_value(entry.age_secs(now)));
     response
+}
+
+/// `age` values of the first hour, formatted once.
+static AGES: OnceLock<Vec<HeaderValue>> = OnceLock::new();
+
+/// The `age` header value for `secs`.
+fn age_value(secs: u64) -> HeaderValue {
+    let ages = AGES.get_or_init(|| (0..3600u64).map(HeaderValue::from).collect());
+    usize::try_from(secs)
+        .ok()
+        .and_then(|secs| ages.get(secs))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(secs))
 }
 
 fn build_response(

@@ -268,10 +268,8 @@ impl Route {
     fn relay(&self, response: Response<UpstreamBody>, lease: Lease) -> Response<ResponseBody> {
         let (mut parts, body) = response.into_parts();
         self.rewrite.response(&mut parts.headers);
-        let body = RelayBody::new(body, lease)
-            .map_err(|error| Box::new(error) as BoxError)
-            .boxed_unsync();
-        Response::from_parts(parts, body)
+        let body = RelayBody::new(body, lease).map_err(|error| Box::new(error) as BoxError);
+        Response::from_parts(parts, ResponseBody::new(body))
     }
 }
 

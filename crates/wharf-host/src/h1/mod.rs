@@ -47,7 +47,6 @@ use wharf_http1::MessageError;
 pub use body::{IncomingBody, RequestBodyError};
 pub(crate) use transport::{Prefixed, Transport};
 
-use crate::body::ResponseBody;
 use crate::call::ClientAddr;
 use crate::dispatch::Dispatcher;
 use crate::error::json_error;
@@ -82,8 +81,9 @@ pub(crate) enum Served<S> {
 }
 
 /// What reading a request head gave.
+#[allow(clippy::large_enum_variant)] // returned by value, never stored
 enum Head {
-    Request(Box<ParsedRequest>),
+    Request(ParsedRequest),
     /// Nothing more will come: EOF, idle timeout, or the drain with no request started.
     Done,
     /// The head did not come within `header_read_timeout`.
@@ -155,6 +155,7 @@ pub(crate) async fn serve<S: Transport>(
                     version: Version::HTTP_11,
                     keep_alive: false,
                 };
+                // Boxed: a rare path, kept out of the connection's own future.
                 let _ = Box::pin(conn.write_response(response, &info, &mut None)).await;
                 break;
             }
@@ -168,15 +169,20 @@ pub(crate) async fn serve<S: Transport>(
             version: request.version,
             keep_alive: request.keep_alive,
         };
-        let (request, mut feed) = build_request(*request, peer);
+        let (request, mut feed) = build_request(request, peer);
         let call = dispatcher.call(request);
-        let Some(response) = conn.drive(call, &mut feed).await else {
-            debug!(peer = ?peer, "client closed the connection during the call; call cancelled");
-            break;
+        let keep_alive = match conn.drive(call, &mut feed, &info).await {
+            Driven::Gone => {
+                debug!(peer = ?peer, "client closed the connection during the call; call cancelled");
+                break;
+            }
+            Driven::Written(keep_alive) => keep_alive,
+            Driven::Writing(mut writer, keep_alive) => {
+                let io = &mut conn.io;
+                poll_fn(|cx| writer.poll_write(io, cx)).await && keep_alive
+            }
         };
-        // Boxed: writing has its own state, needed only while it runs; inline it would
-        // sit in every connection's future, also while the call waits.
-        if !Box::pin(conn.write_response(response, &info, &mut feed)).await {
+        if !keep_alive || !conn.finish_request_body(&mut feed).await {
             break;
         }
         conn.served += 1;
@@ -191,6 +197,34 @@ async fn drain_signal(mut stop: watch::Receiver<bool>) {
     if stop.wait_for(|draining| *draining).await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// Appends `value` in hexadecimal (a chunk size) to `out`.
+fn write_hex(value: usize, out: &mut Vec<u8>) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = DIGITS[rest % 16];
+        rest /= 16;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// What became of a call.
+enum Driven {
+    /// The client went away: the call was cancelled.
+    Gone,
+    /// The response was written whole (`true`), and may be followed by another.
+    Written(bool),
+    /// The response is being written (its body streams, or the socket is full); then it
+    /// may be followed by another.
+    Writing(Box<write::MessageWriter>, bool),
 }
 
 /// What the response needs to know of its request.
@@ -330,11 +364,25 @@ impl<S: Transport> Conn<S> {
         &mut self,
         mut call: crate::service::CallFuture,
         feed: &mut Option<BodyFeed>,
-    ) -> Option<http::Response<ResponseBody>> {
+        info: &RequestInfo,
+    ) -> Driven {
         let mut continue_sent = 0usize;
         poll_fn(|cx| loop {
-            if let Poll::Ready(response) = call.as_mut().poll(cx) {
-                return Poll::Ready(Some(response));
+            let answered = match call.take_ready() {
+                Some(response) => Some(response),
+                None => match Pin::new(&mut call).poll(cx) {
+                    Poll::Ready(response) => Some(response),
+                    Poll::Pending => None,
+                },
+            };
+            if let Some(response) = answered {
+                // The first write attempt, in this very poll: a ready response leaves now,
+                // with nothing allocated for its writing.
+                let (mut writer, keep_alive) = self.start_message(response, info, feed);
+                return Poll::Ready(match writer.poll_write(&mut self.io, cx) {
+                    Poll::Ready(written) => Driven::Written(written && keep_alive),
+                    Poll::Pending => Driven::Writing(Box::new(writer), keep_alive),
+                });
             }
             self.poll_stop(cx);
             match feed.as_mut().filter(|feed| !feed.is_finished()) {
@@ -377,7 +425,9 @@ impl<S: Transport> Conn<S> {
                         return Poll::Pending;
                     }
                     match self.poll_read_more(cx) {
-                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(None),
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                            return Poll::Ready(Driven::Gone)
+                        }
                         Poll::Ready(Ok(_)) => continue,
                         Poll::Pending => return Poll::Pending,
                     }

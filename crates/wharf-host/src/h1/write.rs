@@ -38,14 +38,43 @@ const DRAIN_TIME: Duration = Duration::from_secs(2);
 /// The end of a chunked body (no trailers).
 const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
+/// Most parts gathered for one vectored write (a chunked body takes three per frame).
+const PARTS: usize = 12;
+
 impl<S: Transport> Conn<S> {
-    /// Writes `response`; whether the connection can carry another request.
+    /// Writes `response` (an answer the host makes itself, e.g. to a bad head); whether the
+    /// connection can carry another request. A service's response is written from
+    /// [`Conn::drive`](super::Conn), in the poll that produced it.
     pub(super) async fn write_response(
         &mut self,
         response: Response<ResponseBody>,
         info: &RequestInfo,
         feed: &mut Option<BodyFeed>,
     ) -> bool {
+        let (mut writer, keep_alive) = self.start_message(response, info, feed);
+        let io = &mut self.io;
+        poll_fn(|cx| writer.poll_write(io, cx)).await
+            && keep_alive
+            && self.finish_request_body(feed).await
+    }
+
+    /// After a response: what the service left of the request body is drained, so the next
+    /// request can follow; whether it can.
+    pub(super) async fn finish_request_body(&mut self, feed: &mut Option<BodyFeed>) -> bool {
+        match feed {
+            // Boxed: a rare path, kept out of the connection's own future.
+            Some(feed) if !feed.is_complete() => Box::pin(self.drain(feed)).await,
+            _ => true,
+        }
+    }
+
+    /// Decides the framing and encodes the head; whether the connection may persist.
+    pub(super) fn start_message(
+        &self,
+        response: Response<ResponseBody>,
+        info: &RequestInfo,
+        feed: &Option<BodyFeed>,
+    ) -> (MessageWriter, bool) {
         let (parts, body) = response.into_parts();
         let status = parts.status;
         let request_body_broken = feed
@@ -85,121 +114,24 @@ impl<S: Transport> Conn<S> {
         with_http_date(|date| {
             encode_response_head(status, &parts.headers, framing, connection, date, &mut head);
         });
-        let body = (!no_body).then_some(body);
-        if !self.write_message(Bytes::from(head), body, framing).await {
-            return false;
-        }
-        if !keep_alive {
-            return false;
-        }
-        match feed {
-            Some(feed) if !feed.is_complete() => self.drain(feed).await,
-            _ => true,
-        }
-    }
-
-    /// Writes the head and the body; false when the message was cut or the socket failed.
-    async fn write_message(
-        &mut self,
-        head: Bytes,
-        mut body: Option<ResponseBody>,
-        framing: ResponseFraming,
-    ) -> bool {
-        let declared = match framing {
-            ResponseFraming::Length(len) => Some(len),
-            _ => None,
+        let writer = MessageWriter {
+            buffered: head.len(),
+            head,
+            head_sent: 0,
+            parts: Default::default(),
+            queued: 0,
+            body: (!no_body).then_some(body),
+            declared: match framing {
+                ResponseFraming::Length(len) => Some(len),
+                _ => None,
+            },
+            chunked: framing == ResponseFraming::Chunked,
+            sent: 0,
+            cut: false,
+            stall: None,
+            idle_timeout: self.limits.idle_timeout,
         };
-        let chunked = framing == ResponseFraming::Chunked;
-        let mut queued = Vec::with_capacity(4);
-        let mut buffered = head.len();
-        queued.push(head);
-        let mut sent: u64 = 0;
-        let mut cut = false;
-        let mut stall: Option<Pin<Box<Sleep>>> = None;
-        let idle_timeout = self.limits.idle_timeout;
-        poll_fn(|cx| loop {
-            if let Some(frames) = body.as_mut().filter(|_| buffered < HIGH_WATER) {
-                match Pin::new(frames).poll_frame(cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        let Ok(mut data) = frame.into_data() else {
-                            continue; // trailers are not written
-                        };
-                        if data.is_empty() {
-                            continue;
-                        }
-                        if let Some(len) = declared {
-                            let room = len - sent;
-                            if data.len() as u64 > room {
-                                // Longer than declared: send what fits, then cut.
-                                data.truncate(room as usize);
-                                cut = true;
-                                body = None;
-                            }
-                        }
-                        sent += data.len() as u64;
-                        if chunked {
-                            let size = Bytes::from(format!("{:x}\r\n", data.len()));
-                            buffered += size.len() + data.len() + 2;
-                            queued.push(size);
-                            queued.push(data);
-                            queued.push(Bytes::from_static(b"\r\n"));
-                        } else if !data.is_empty() {
-                            buffered += data.len();
-                            queued.push(data);
-                        }
-                        continue;
-                    }
-                    Poll::Ready(Some(Err(error))) => {
-                        debug!(error = %crate::error::error_chain(&*error), "response body failed; cutting the response");
-                        cut = true;
-                        body = None;
-                    }
-                    Poll::Ready(None) => {
-                        body = None;
-                        if declared.is_some_and(|len| sent < len) {
-                            debug!(sent, "response body shorter than its length; cutting the response");
-                            cut = true;
-                        } else if chunked {
-                            buffered += LAST_CHUNK.len();
-                            queued.push(Bytes::from_static(LAST_CHUNK));
-                        }
-                    }
-                    Poll::Pending if queued.is_empty() => return Poll::Pending,
-                    Poll::Pending => {}
-                }
-            }
-            if !queued.is_empty() {
-                match write_queued(&mut self.io, cx, &mut queued) {
-                    Poll::Ready(Ok(written)) => {
-                        buffered = buffered.saturating_sub(written);
-                        stall = None;
-                        continue;
-                    }
-                    Poll::Ready(Err(error)) => {
-                        debug!(error = %error, "writing the response failed");
-                        return Poll::Ready(false);
-                    }
-                    Poll::Pending => {
-                        // The client does not read: cut it after idle_timeout without progress.
-                        let timer = stall
-                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle_timeout)));
-                        if timer.as_mut().poll(cx).is_ready() {
-                            debug!("response not read by the client within idle_timeout; closing");
-                            return Poll::Ready(false);
-                        }
-                        return Poll::Pending;
-                    }
-                }
-            }
-            if body.is_none() {
-                return match Pin::new(&mut self.io).poll_flush(cx) {
-                    Poll::Ready(Ok(())) => Poll::Ready(!cut),
-                    Poll::Ready(Err(_)) => Poll::Ready(false),
-                    Poll::Pending => Poll::Pending,
-                };
-            }
-        })
-        .await
+        (writer, keep_alive)
     }
 
     /// Reads and drops what the service left of the request body, within limits; whether
@@ -245,31 +177,181 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
     value.parse().ok()
 }
 
-/// Writes as much of `queued` as the socket takes now (vectored), dropping what went out.
-fn write_queued<S: AsyncWrite + Unpin>(
-    io: &mut S,
-    cx: &mut Context<'_>,
-    queued: &mut Vec<Bytes>,
-) -> Poll<io::Result<usize>> {
-    let slices: [io::IoSlice<'_>; 16] =
-        std::array::from_fn(|i| io::IoSlice::new(queued.get(i).map_or(&[][..], |part| &part[..])));
-    let count = queued.len().min(slices.len());
-    let written = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices[..count]))?;
-    if written == 0 {
-        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-    }
-    let mut left = written;
-    let mut done = 0;
-    for part in queued.iter_mut() {
-        let take = left.min(part.len());
-        part.advance(take);
-        left -= take;
-        if part.is_empty() {
-            done += 1;
-        } else {
-            break;
+/// A response on its way out: the encoded head, then body frames gathered into one vectored
+/// write while they are ready. The first attempt runs where the response appeared, with
+/// nothing allocated for it; a response that has to wait (a streaming body, a full socket)
+/// is boxed for the rest, so a connection's own future stays small.
+pub(super) struct MessageWriter {
+    head: Vec<u8>,
+    /// Bytes of `head` already written.
+    head_sent: usize,
+    /// Body parts (data, and chunk framing) waiting to be written, in order.
+    parts: [Bytes; PARTS],
+    /// How many of `parts` are in use.
+    queued: usize,
+    /// Head and body bytes waiting to be written.
+    buffered: usize,
+    /// The body, until it ended (or failed).
+    body: Option<ResponseBody>,
+    /// The content-length stated in the head.
+    declared: Option<u64>,
+    chunked: bool,
+    /// Body bytes queued so far.
+    sent: u64,
+    /// The body failed or disagreed with its length: the message is cut.
+    cut: bool,
+    /// Running while writes make no progress (the client does not read).
+    stall: Option<Pin<Box<Sleep>>>,
+    idle_timeout: Duration,
+}
+
+impl MessageWriter {
+    /// Writes what it can; `Ready(true)` once the whole message is out, `Ready(false)` when
+    /// it was cut or the socket failed.
+    pub(super) fn poll_write<S: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<bool> {
+        loop {
+            if self.buffered < HIGH_WATER && self.queued + 3 <= PARTS {
+                if let Some(body) = self.body.as_mut() {
+                    match Pin::new(body).poll_frame(cx) {
+                        Poll::Ready(Some(Ok(frame))) => {
+                            if let Ok(data) = frame.into_data() {
+                                self.queue_data(data);
+                            }
+                            continue;
+                        }
+                        Poll::Ready(Some(Err(error))) => {
+                            debug!(error = %crate::error::error_chain(&*error), "response body failed; cutting the response");
+                            self.cut = true;
+                            self.body = None;
+                        }
+                        Poll::Ready(None) => {
+                            self.body = None;
+                            if self.declared.is_some_and(|len| self.sent < len) {
+                                debug!(
+                                    sent = self.sent,
+                                    "response body shorter than its length; cutting the response"
+                                );
+                                self.cut = true;
+                            } else if self.chunked {
+                                self.push(Bytes::from_static(LAST_CHUNK));
+                            }
+                        }
+                        Poll::Pending if self.buffered == 0 => return Poll::Pending,
+                        Poll::Pending => {}
+                    }
+                }
+            }
+            if self.buffered > 0 {
+                match self.write_some(io, cx) {
+                    Poll::Ready(Ok(())) => {
+                        self.stall = None;
+                        continue;
+                    }
+                    Poll::Ready(Err(error)) => {
+                        debug!(error = %error, "writing the response failed");
+                        return Poll::Ready(false);
+                    }
+                    Poll::Pending => {
+                        // The client does not read: cut it after idle_timeout without progress.
+                        let idle_timeout = self.idle_timeout;
+                        let timer = self
+                            .stall
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle_timeout)));
+                        if timer.as_mut().poll(cx).is_ready() {
+                            debug!("response not read by the client within idle_timeout; closing");
+                            return Poll::Ready(false);
+                        }
+                        return Poll::Pending;
+                    }
+                }
+            }
+            if self.body.is_none() {
+                return match Pin::new(&mut *io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => Poll::Ready(!self.cut),
+                    Poll::Ready(Err(_)) => Poll::Ready(false),
+                    Poll::Pending => Poll::Pending,
+                };
+            }
         }
     }
-    queued.drain(..done);
-    Poll::Ready(Ok(written))
+
+    /// Queues a data frame with its framing.
+    fn queue_data(&mut self, mut data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        if let Some(len) = self.declared {
+            let room = len - self.sent;
+            if data.len() as u64 > room {
+                // Longer than declared: send what fits, then cut.
+                data.truncate(room as usize);
+                self.cut = true;
+                self.body = None;
+            }
+        }
+        self.sent += data.len() as u64;
+        if self.chunked {
+            let mut size = Vec::with_capacity(18);
+            super::write_hex(data.len(), &mut size);
+            size.extend_from_slice(b"\r\n");
+            self.push(Bytes::from(size));
+            self.push(data);
+            self.push(Bytes::from_static(b"\r\n"));
+        } else if !data.is_empty() {
+            self.push(data);
+        }
+    }
+
+    fn push(&mut self, part: Bytes) {
+        self.buffered += part.len();
+        self.parts[self.queued] = part;
+        self.queued += 1;
+    }
+
+    /// One vectored write of the head's rest and the queued parts.
+    fn write_some<S: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut slices = [io::IoSlice::new(&[]); PARTS + 1];
+        let mut count = 0;
+        if self.head_sent < self.head.len() {
+            slices[0] = io::IoSlice::new(&self.head[self.head_sent..]);
+            count = 1;
+        }
+        for part in &self.parts[..self.queued] {
+            slices[count] = io::IoSlice::new(part);
+            count += 1;
+        }
+        let written = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices[..count]))?;
+        if written == 0 {
+            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        self.buffered -= written;
+        let mut left = written;
+        let from_head = left.min(self.head.len() - self.head_sent);
+        self.head_sent += from_head;
+        left -= from_head;
+        let mut done = 0;
+        for part in &mut self.parts[..self.queued] {
+            let take = left.min(part.len());
+            part.advance(take);
+            left -= take;
+            if part.is_empty() {
+                done += 1;
+            } else {
+                break;
+            }
+        }
+        if done > 0 {
+            self.parts[..self.queued].rotate_left(done);
+            self.queued -= done;
+        }
+        Poll::Ready(Ok(()))
+    }
 }
