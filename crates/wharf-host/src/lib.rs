@@ -20,6 +20,7 @@ pub mod body;
 pub mod call;
 mod connection;
 mod dispatch;
+mod fd_budget;
 pub mod error;
 pub mod h1;
 pub mod layers;

@@ -22,6 +22,7 @@ use crate::admin::{self, AdminState};
 use crate::call::Inflight;
 use crate::connection::{spawn_plain, spawn_tls, Held, SessionLimits, SessionParts};
 use crate::dispatch::Dispatcher;
+use crate::fd_budget;
 use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
@@ -121,6 +122,7 @@ impl HostBuilder {
         // tokio's default backlog (1024) a burst of 2000 connects loses
         // SYNs and the clients retry after a second (seed 002's ramp-up, in
         // the kernel). The kernel caps it at net.core.somaxconn.
+        let max_sessions = fd_budget::session_limit(self.server.max_connections);
         let backlog = u32::try_from(self.server.max_connections)
             .unwrap_or(u32::MAX)
             .clamp(1024, 65535);
@@ -133,7 +135,7 @@ impl HostBuilder {
         let sessions = Arc::new(Sessions {
             open: AtomicUsize::new(0),
             all_closed: Notify::new(),
-            metrics: self.metrics.sessions(self.server.max_connections),
+            metrics: self.metrics.sessions(max_sessions),
         });
         let session_limits = SessionLimits {
             header_read_timeout: self.server.header_read_timeout,
@@ -155,6 +157,7 @@ impl HostBuilder {
             )),
             sessions,
             session_limits,
+            max_sessions,
             server: self.server,
         })
     }
@@ -170,6 +173,9 @@ pub struct Host {
     admin_state: Arc<AdminState>,
     sessions: Arc<Sessions>,
     session_limits: SessionLimits,
+    /// Sessions admitted at once: `max_connections`, or fewer when the
+    /// open-files limit cannot hold that many proxied calls (`fd_budget`).
+    max_sessions: usize,
     server: ServerConfig,
 }
 
@@ -262,10 +268,11 @@ impl Host {
             admin_state,
             sessions,
             session_limits,
+            max_sessions,
             server,
         } = self;
         let h2 = Arc::new(h2_builder(&server));
-        let slots = Arc::new(Semaphore::new(server.max_connections));
+        let slots = Arc::new(Semaphore::new(max_sessions));
         let (stop_sessions, session_stop) = watch::channel(false);
         let admin_task = tokio::spawn(admin::serve(admin, admin_state.clone()));
         admin_state.set_ready(true);
@@ -283,8 +290,9 @@ impl Host {
 
         tokio::pin!(shutdown);
         loop {
-            // Take a session slot before accepting: beyond max_connections,
-            // new connections wait in the kernel's backlog.
+            // Take a session slot before accepting: beyond max_connections
+            // (or the open-files budget), new connections wait in the
+            // kernel's backlog.
             let slot = tokio::select! {
                 () = &mut shutdown => break,
                 slot = slots.clone().acquire_owned() => match slot {

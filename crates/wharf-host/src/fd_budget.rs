@@ -1,0 +1,120 @@
+//! The open-files budget: how many sessions this process can hold without
+//! running out of file descriptors.
+//!
+//! A proxied HTTP/1.1 call holds two descriptors, the client's connection and
+//! the upstream one. With `max_connections` above half the process's open-files
+//! limit, the calls beyond it would not wait: their upstream connect fails with
+//! EMFILE and the client gets a 502 (issue 4's 10000-slow run, before this
+//! module). So, as HAProxy derives `maxconn` from `ulimit -n`, the host raises
+//! its soft limit to the hard one at start and caps the sessions it accepts to
+//! what the limit allows; connections beyond that wait in the kernel's accept
+//! queue, as they do beyond `max_connections` (SPEC §2), and a warning at start
+//! says so. HTTP/2 sessions can carry many calls each; those are bounded by the
+//! services' bulkheads, not by this budget.
+//!
+//! Main items: [`session_limit`] (what the host uses), [`sessions_within`]
+//! (the arithmetic, pure).
+
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use tracing::{info, warn};
+
+/// Descriptors kept out of the session budget: listeners, the runtime's epoll
+/// and wake-up fds, stdio, log files, Redis and NATS connections, health
+/// probes, and a margin for files opened while serving (TLS keys on reload).
+pub(crate) const RESERVED_FDS: u64 = 128;
+
+/// Descriptors one session may hold at once: its own and one upstream.
+pub(crate) const FDS_PER_SESSION: u64 = 2;
+
+/// The sessions to admit at once: `configured` (`max_connections`), lowered
+/// to what the open-files limit allows after raising the soft limit to the
+/// hard one. Logs a warning when it lowers the value.
+pub(crate) fn session_limit(configured: usize) -> usize {
+    let limit = raise_nofile_limit();
+    let effective = sessions_within(configured, limit);
+    if effective < configured {
+        warn!(
+            max_connections = configured,
+            open_files_limit = limit.unwrap_or(u64::MAX),
+            sessions = effective,
+            "max_connections is above what the open-files limit allows (2 per proxied call \
+             + {RESERVED_FDS} reserved): admitting at most this many sessions at once, \
+             the rest wait in the accept queue; raise `ulimit -n` to admit more"
+        );
+    } else if let Some(limit) = limit {
+        info!(
+            open_files_limit = limit,
+            sessions = effective,
+            "open-files limit fits max_connections"
+        );
+    }
+    effective
+}
+
+/// The sessions that fit an open-files limit (`None`: unlimited), never more
+/// than `configured` and never fewer than one.
+pub(crate) fn sessions_within(configured: usize, open_files_limit: Option<u64>) -> usize {
+    let Some(limit) = open_files_limit else {
+        return configured.max(1);
+    };
+    let fit = limit.saturating_sub(RESERVED_FDS) / FDS_PER_SESSION;
+    let fit = usize::try_from(fit).unwrap_or(usize::MAX);
+    configured.min(fit).max(1)
+}
+
+/// Raises the soft open-files limit to the hard one and returns the soft
+/// limit now in force (`None`: unlimited). Not being allowed to raise it is
+/// not an error: the budget is then computed from the current soft limit.
+fn raise_nofile_limit() -> Option<u64> {
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return limit.maximum;
+        }
+    }
+    limit.current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_fit_the_open_files_limit() {
+        // (configured, limit, expected)
+        let cases = [
+            (10_000, None, 10_000),
+            (10_000, Some(1_048_576), 10_000),
+            // issue 4's machine: a hard limit of 20000 holds 9936 proxied calls
+            (10_000, Some(20_000), 9_936),
+            (20_000, Some(20_000), 9_936),
+            (100, Some(1024), 100),
+            (10_000, Some(1024), 448),
+            // a limit below the reserve still admits one session
+            (10_000, Some(64), 1),
+            (0, None, 1),
+        ];
+        for (configured, limit, expected) in cases {
+            assert_eq!(
+                sessions_within(configured, limit),
+                expected,
+                "max_connections {configured}, limit {limit:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn raising_the_limit_never_lowers_it() {
+        let before = getrlimit(Resource::Nofile).current;
+        let after = raise_nofile_limit();
+        match (before, after) {
+            (Some(before), Some(after)) => assert!(after >= before, "{before} -> {after}"),
+            (None, after) => assert_eq!(after, None),
+            (Some(_), None) => {}
+        }
+    }
+}
