@@ -947,6 +947,15 @@ if other_rows:
       + table(["phase", "wall s", "others' CPU s", "of one core", "top"], other_rows))
 
 
+# The soak (issue 7) is its own script and record; its current status goes here too.
+SOAK = os.path.join(os.path.dirname(OUT), "RESULTS-soak.md")
+if os.path.exists(SOAK):
+    soak_status = next((p.strip() for p in open(SOAK).read().split("\n\n") if p.startswith("**Status")), None)
+    w("## Soak (issue 7)\n\n`bench/soak.sh` (10 minutes of mixed hits, misses, slow calls, errors and client "
+      "aborts; fails on RSS, fd or counter growth) is not part of this run; its runs are recorded in "
+      "`bench/RESULTS-soak.md`. Latest status from there:\n\n" + (soak_status or "_no status paragraph found_") + "\n")
+
+
 def fence(path, lang):
     return f"```{lang}\n" + open(path).read().rstrip("\n") + "\n```\n"
 
