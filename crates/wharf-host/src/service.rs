@@ -32,6 +32,16 @@ impl CallFuture {
         CallFuture::Pending(Box::pin(future))
     }
 
+    /// The call as a boxed future, for a caller that keeps it next to other state: a
+    /// pending call is already boxed, so only the pointer is kept (a `CallFuture` is as
+    /// large as a whole response).
+    pub(crate) fn into_boxed(self) -> Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>> {
+        match self {
+            CallFuture::Pending(future) => future,
+            ready => Box::pin(ready),
+        }
+    }
+
     /// The answer, if the call needs no polling to have one.
     pub fn take_ready(&mut self) -> Option<Response<ResponseBody>> {
         match self {

@@ -89,7 +89,7 @@ impl Stack {
                     // Answered at once (a hit, an error): no future at all.
                     Some(response) => CallFuture::ready(guards.respond(response)),
                     None => CallFuture::new(Admitted {
-                        inner,
+                        inner: inner.into_boxed(),
                         guards: Some(guards),
                     }),
                 }
@@ -115,8 +115,11 @@ impl Stack {
             .instrument(span.clone())
             .await;
         let (inner, permit) = match admitted {
-            Ok(permit) => (span.in_scope(|| self.service.call(request)), Some(permit)),
-            Err(refusal) => (CallFuture::ready(refusal), None),
+            Ok(permit) => (
+                span.in_scope(|| self.service.call(request)).into_boxed(),
+                Some(permit),
+            ),
+            Err(refusal) => (CallFuture::ready(refusal).into_boxed(), None),
         };
         Admitted {
             inner,
@@ -150,7 +153,8 @@ impl CallGuards {
 /// An admitted call: the service's future, polled inside the call's span;
 /// its response body gets the guards.
 struct Admitted {
-    inner: CallFuture,
+    /// The service's future (boxed: only the pointer is kept here).
+    inner: Pin<Box<dyn Future<Output = Response<ResponseBody>> + Send>>,
     guards: Option<CallGuards>,
 }
 
@@ -164,7 +168,7 @@ impl Future for Admitted {
         };
         let response = {
             let _entered = guards.trace.span().enter();
-            match Pin::new(&mut this.inner).poll(cx) {
+            match this.inner.as_mut().poll(cx) {
                 Poll::Ready(response) => response,
                 Poll::Pending => return Poll::Pending,
             }

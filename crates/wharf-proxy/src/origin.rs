@@ -16,7 +16,7 @@ use tokio_rustls::TlsConnector;
 use tracing::debug;
 use url::Url;
 use wharf_config::ProxyConfig;
-use wharf_upstream::{Connection, IdlePool, PoolLimits, ResponseBody};
+use wharf_upstream::{Connection, IdlePool, PoolLimits, PoolSlot, ResponseBody};
 
 use crate::connector::{ConnectError, GuardedConnector};
 use crate::destination::DestinationPolicy;
@@ -95,36 +95,49 @@ impl Origin {
     }
 
     async fn exchange(&self, target: &Target) -> Result<Response<ResponseBody>, ProxyError> {
-        let (slot, idle) = self.inner.pool.check_out(target.pool_key());
-        let reused = idle.is_some();
-        // Connecting is boxed: resolving and the TLS handshake hold a lot of state, which
-        // every call's future would otherwise carry, also while it waits on a pooled one.
-        let connection = match idle {
-            Some(connection) => connection,
-            None => Box::pin(self.connect(&target.url)).await?,
+        // Matched on a temporary, not a named local: a local would keep its storage (88
+        // bytes) in this future's state through every await below. A new connection's
+        // exchange is boxed for the same reason: the match's temporary lives through it.
+        let (slot, connection) = match self.check_out(target) {
+            Ok(pooled) => pooled,
+            Err(slot) => return Box::pin(self.exchange_fresh(target, slot)).await,
         };
-        match connection
+        // The outcome is taken apart in the same statement: a `Result` kept in a local would
+        // stay in this future's state (264 bytes for every call in flight) across the retry.
+        let failure = match connection
             .send_encoded(&target.request, Some(slot.clone()))
             .await
         {
-            Ok(response) => Ok(response),
-            // The origin closed a pooled connection while it was idle: a GET goes again,
-            // once, on a new connection (a new one is never stale). Boxed: it is rare.
-            Err(failure) if failure.stale && reused => {
-                debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
-                Box::pin(self.exchange_fresh(target, slot)).await
-            }
-            Err(failure) => Err(self.unavailable(target, &failure.error)),
+            Ok(response) => return Ok(response),
+            Err(failure) => failure,
+        };
+        if !failure.stale {
+            return Err(self.unavailable(target, &failure.error));
+        }
+        // The origin closed a pooled connection while it was idle: a GET goes again, once,
+        // on a new connection (a new one is never stale). Boxed: it is rare.
+        debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
+        drop(failure);
+        Box::pin(self.exchange_fresh(target, slot)).await
+    }
+
+    /// A pooled idle connection to the target's origin with its slot, or just the slot.
+    fn check_out(&self, target: &Target) -> Result<(PoolSlot, Connection), PoolSlot> {
+        match self.inner.pool.check_out(target.pool_key()) {
+            (slot, Some(connection)) => Ok((slot, connection)),
+            (slot, None) => Err(slot),
         }
     }
 
-    /// The exchange again on a new connection.
+    /// The exchange on a new connection.
     async fn exchange_fresh(
         &self,
         target: &Target,
-        slot: wharf_upstream::PoolSlot,
+        slot: PoolSlot,
     ) -> Result<Response<ResponseBody>, ProxyError> {
-        let connection = self.connect(&target.url).await?;
+        // Connecting is boxed: resolving and the TLS handshake hold a lot of state, which
+        // every call's future would otherwise carry, also while it waits on its answer.
+        let connection = Box::pin(self.connect(&target.url)).await?;
         connection
             .send_encoded(&target.request, Some(slot))
             .await

@@ -315,14 +315,17 @@ impl Inner {
     ) -> Result<Response<ResponseBody>, ProxyError> {
         phases.enter(Phase::UpstreamConnect);
         let deadline = tokio::time::Instant::now() + self.total_timeout;
-        let fetched = self
-            .origin
-            .fetch(&target, deadline, self.total_timeout)
-            .await;
-        self.upstream_metrics.record(upstream_outcome(&fetched));
-        let response = fetched?;
+        // In a block: the `Result` must not stay in this future's state while the first
+        // frame is awaited (every call in flight would carry it).
+        let (parts, incoming) = {
+            let fetched = self
+                .origin
+                .fetch(&target, deadline, self.total_timeout)
+                .await;
+            self.upstream_metrics.record(upstream_outcome(&fetched));
+            fetched?.into_parts()
+        };
         phases.enter(Phase::FirstByte);
-        let (parts, incoming) = response.into_parts();
         let mut body = Box::pin(OriginBody::new(
             incoming,
             target,

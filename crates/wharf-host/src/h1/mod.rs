@@ -115,13 +115,17 @@ struct Conn<S> {
 }
 
 /// Serves one connection until it closes, or until it turns out to speak HTTP/2.
-pub(crate) async fn serve<S: Transport>(
+///
+/// Not an `async fn`: an async fn's future keeps its arguments next to the locals they are
+/// moved into, so the socket and the rest would be held twice by every session. The block
+/// below owns `conn` and uses it in place.
+pub(crate) fn serve<S: Transport>(
     io: S,
     dispatcher: Arc<Dispatcher>,
     limits: Limits,
     stop: watch::Receiver<bool>,
     peer: Option<SocketAddr>,
-) -> Served<S> {
+) -> impl Future<Output = Served<S>> + Send {
     let due = Instant::now() + limits.header_read_timeout;
     let mut conn = Conn {
         io,
@@ -134,61 +138,60 @@ pub(crate) async fn serve<S: Transport>(
         head_due: due,
         served: 0,
     };
-    loop {
-        let request = match conn.read_head().await {
-            Head::Request(request) => request,
-            Head::Done => break,
-            Head::TimedOut => {
-                debug!(peer = ?peer, "request head not received within header_read_timeout; closing");
-                break;
-            }
-            Head::Bad(status, error) => {
-                debug!(peer = ?peer, error = %error, "bad request head");
-                let kind = if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
-                    "headers_too_large"
-                } else {
-                    "bad_request"
+    async move {
+        loop {
+            // The call starts within this block, so neither the parsed head nor the request
+            // stays in the session's state while the call runs (a block's locals end with it).
+            let (call, mut feed, info) = {
+                let next = match conn.read_head().await {
+                    Head::Request(request) => {
+                        let info = RequestInfo {
+                            head: request.method == http::Method::HEAD,
+                            version: request.version,
+                            keep_alive: request.keep_alive,
+                        };
+                        let (request, feed) = build_request(request, peer);
+                        Next::Call(dispatcher.call(request), feed, info)
+                    }
+                    Head::Done => break,
+                    Head::TimedOut => {
+                        debug!(peer = ?peer, "request head not received within header_read_timeout; closing");
+                        break;
+                    }
+                    Head::Bad(status, error) => Next::Refuse(status, error),
+                    Head::Http2 => {
+                        let prefix = std::mem::take(&mut conn.buf).freeze();
+                        return Served::Http2(conn.io, prefix);
+                    }
                 };
-                let response = json_error(status, kind, &format!("request head: {error}"));
-                let info = RequestInfo {
-                    head: false,
-                    version: Version::HTTP_11,
-                    keep_alive: false,
-                };
-                // Boxed: a rare path, kept out of the connection's own future.
-                let _ = Box::pin(conn.write_response(response, &info, &mut None)).await;
+                match next {
+                    Next::Call(call, feed, info) => (call, feed, info),
+                    Next::Refuse(status, error) => {
+                        // Boxed: a rare path, kept out of the connection's own future.
+                        Box::pin(conn.answer_bad_head(status, error, peer)).await;
+                        break;
+                    }
+                }
+            };
+            let keep_alive = match conn.drive(call, &mut feed, &info).await {
+                Driven::Gone => {
+                    debug!(peer = ?peer, "client closed the connection during the call; call cancelled");
+                    break;
+                }
+                Driven::Written(keep_alive) => keep_alive,
+                Driven::Writing(mut writer, keep_alive) => {
+                    let io = &mut conn.io;
+                    poll_fn(|cx| writer.poll_write(io, cx)).await && keep_alive
+                }
+            };
+            if !keep_alive || !conn.finish_request_body(&mut feed).await {
                 break;
             }
-            Head::Http2 => {
-                let prefix = std::mem::take(&mut conn.buf).freeze();
-                return Served::Http2(conn.io, prefix);
-            }
-        };
-        let info = RequestInfo {
-            head: request.method == http::Method::HEAD,
-            version: request.version,
-            keep_alive: request.keep_alive,
-        };
-        let (request, mut feed) = build_request(request, peer);
-        let call = dispatcher.call(request);
-        let keep_alive = match conn.drive(call, &mut feed, &info).await {
-            Driven::Gone => {
-                debug!(peer = ?peer, "client closed the connection during the call; call cancelled");
-                break;
-            }
-            Driven::Written(keep_alive) => keep_alive,
-            Driven::Writing(mut writer, keep_alive) => {
-                let io = &mut conn.io;
-                poll_fn(|cx| writer.poll_write(io, cx)).await && keep_alive
-            }
-        };
-        if !keep_alive || !conn.finish_request_body(&mut feed).await {
-            break;
+            conn.served += 1;
         }
-        conn.served += 1;
+        conn.close().await;
+        Served::Closed
     }
-    conn.close().await;
-    Served::Closed
 }
 
 /// Resolves when the host's drain signal turns true; never when the host is gone without
@@ -214,6 +217,15 @@ fn write_hex(value: usize, out: &mut Vec<u8>) {
         }
     }
     out.extend_from_slice(&digits[at..]);
+}
+
+/// What a request head leads to.
+enum Next {
+    /// The call, started, with the connection's end of its body and what the response
+    /// needs to know.
+    Call(crate::service::CallFuture, Option<BodyFeed>, RequestInfo),
+    /// An unusable head: answer with this status, then close.
+    Refuse(StatusCode, MessageError),
 }
 
 /// What became of a call.
@@ -264,6 +276,29 @@ fn build_request(
 }
 
 impl<S: Transport> Conn<S> {
+    /// Answers an unusable request head with `status` and its reason; the connection then
+    /// closes.
+    async fn answer_bad_head(
+        &mut self,
+        status: StatusCode,
+        error: MessageError,
+        peer: Option<SocketAddr>,
+    ) {
+        debug!(peer = ?peer, error = %error, "bad request head");
+        let kind = if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
+            "headers_too_large"
+        } else {
+            "bad_request"
+        };
+        let response = json_error(status, kind, &format!("request head: {error}"));
+        let info = RequestInfo {
+            head: false,
+            version: Version::HTTP_11,
+            keep_alive: false,
+        };
+        let _ = self.write_response(response, &info, &mut None).await;
+    }
+
     /// Reads until a request head is complete. The first request's head is due
     /// `header_read_timeout` after accept; a later one, `idle_timeout` after the previous
     /// response (the keep-alive idle limit) and then `header_read_timeout` after its first
@@ -360,14 +395,17 @@ impl<S: Transport> Conn<S> {
 
     /// Runs the call to its response, feeding the request body when the service asks for
     /// it, and watching the socket otherwise: a client that closes cancels the call (`None`).
-    async fn drive(
-        &mut self,
+    ///
+    /// A closure over the call, not an `async fn`: that would hold the call twice (its
+    /// argument and the local it moves into) in every session's state.
+    fn drive<'a>(
+        &'a mut self,
         mut call: crate::service::CallFuture,
-        feed: &mut Option<BodyFeed>,
-        info: &RequestInfo,
-    ) -> Driven {
+        feed: &'a mut Option<BodyFeed>,
+        info: &'a RequestInfo,
+    ) -> impl Future<Output = Driven> + 'a {
         let mut continue_sent = 0usize;
-        poll_fn(|cx| loop {
+        poll_fn(move |cx| loop {
             let answered = match call.take_ready() {
                 Some(response) => Some(response),
                 None => match Pin::new(&mut call).poll(cx) {
@@ -434,7 +472,6 @@ impl<S: Transport> Conn<S> {
                 }
             }
         })
-        .await
     }
 
     fn poll_write_continue(
