@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response};
 use tracing::{debug, warn};
 use wharf_cache::{
     CachedResponse, FillFailure, FillReader, FillRegistry, Joined, MemoryCache, ResponseHead,
@@ -21,15 +21,15 @@ use crate::body::{from_entry, from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
 use crate::fill::{FillJob, FillSource};
-use crate::headers::relayed_headers;
+use crate::headers::keep_relayed;
 use crate::origin::Origin;
 use crate::request::RawQuery;
 use crate::target::{Target, TargetMemo};
 
 /// Response header telling how the call was served.
-const X_CACHE: &str = "x-cache";
+const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 /// Response header telling which tier served a hit: `memory` or `shared`.
-const X_CACHE_TIER: &str = "x-cache-tier";
+const X_CACHE_TIER: HeaderName = HeaderName::from_static("x-cache-tier");
 /// Longest cross-instance fill lease: 2 × `first_byte_timeout`, capped here, is how long
 /// another instance waits for this one's entry before fetching the origin itself.
 const LEASE_TTL_CAP: Duration = Duration::from_secs(10);
@@ -337,7 +337,9 @@ impl Inner {
         body.as_mut().read_first_frame().await?;
         let mut response = Response::new(relay(body));
         *response.status_mut() = parts.status;
-        *response.headers_mut() = relayed_headers(&parts.headers);
+        let mut headers = parts.headers;
+        keep_relayed(&mut headers);
+        *response.headers_mut() = headers;
         response.headers_mut().insert(
             X_CACHE,
             HeaderValue::from_static(CacheResult::Bypass.as_str()),
