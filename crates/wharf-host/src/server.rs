@@ -271,9 +271,19 @@ impl Host {
             max_sessions,
             server,
         } = self;
-        let h2 = Arc::new(h2_builder(&server));
-        let slots = Arc::new(Semaphore::new(max_sessions));
         let (stop_sessions, session_stop) = watch::channel(false);
+        let acceptor = Arc::new(Acceptor {
+            listener,
+            slots: Arc::new(Semaphore::new(max_sessions)),
+            sessions: sessions.clone(),
+            tls,
+            parts: SessionParts {
+                h2: Arc::new(h2_builder(&server)),
+                dispatcher: dispatcher.clone(),
+                stop: session_stop,
+                limits: session_limits,
+            },
+        });
         let admin_task = tokio::spawn(admin::serve(admin, admin_state.clone()));
         admin_state.set_ready(true);
         let registry = dispatcher
@@ -283,57 +293,50 @@ impl Host {
             .clone();
         let services: Vec<&str> = registry.names().collect();
         info!(
-            addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            addr = %acceptor.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             ?services,
             "accepting calls"
         );
 
+        // One more TCP accept loop per extra runtime worker: a burst of new connections is
+        // accepted (and its sessions started) on every core at once, not queued behind one
+        // loop (issue 4's burst and responsiveness figures). The loop here also serves the
+        // Unix listener and watches for shutdown.
+        let (stop_accepting, accepting) = watch::channel(false);
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        let extra_loops: Vec<_> = (1..workers)
+            .map(|_| {
+                let acceptor = acceptor.clone();
+                let mut accepting = accepting.clone();
+                tokio::spawn(async move {
+                    let stopped = async move {
+                        let _ = accepting.wait_for(|stop| *stop).await;
+                    };
+                    tokio::pin!(stopped);
+                    loop {
+                        tokio::select! {
+                            () = &mut stopped => break,
+                            () = acceptor.accept_one(std::future::pending()) => {}
+                        }
+                    }
+                })
+            })
+            .collect();
         tokio::pin!(shutdown);
         loop {
-            // Take a session slot before accepting: beyond max_connections
-            // (or the open-files budget), new connections wait in the
-            // kernel's backlog.
-            let slot = tokio::select! {
+            tokio::select! {
                 () = &mut shutdown => break,
-                slot = slots.clone().acquire_owned() => match slot {
-                    Ok(slot) => slot,
-                    Err(_closed) => break,
-                },
-            };
-            let accepted = tokio::select! {
-                () = &mut shutdown => break,
-                accepted = listener.accept() => accepted.map(|(stream, peer)| Accepted::Tcp(stream, peer)),
-                accepted = accept_unix(unix.as_ref()) => accepted.map(Accepted::Unix),
-            };
-            let accepted = match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // EMFILE and friends: back off briefly instead of spinning.
-                    warn!(error = %error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let held: Held = (sessions.opened(), slot);
-            let parts = SessionParts {
-                h2: h2.clone(),
-                dispatcher: dispatcher.clone(),
-                stop: session_stop.clone(),
-                limits: session_limits,
-            };
-            match accepted {
-                Accepted::Tcp(stream, peer) => {
-                    if let Err(error) = stream.set_nodelay(true) {
-                        debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
-                    }
-                    match &tls {
-                        Some(tls) => spawn_tls(parts, tls.clone(), stream, peer, held),
-                        None => spawn_plain(parts, stream, Some(peer), held),
-                    }
-                }
-                Accepted::Unix(stream) => spawn_plain(parts, stream, None, held),
+                () = acceptor.accept_one(accept_unix(unix.as_ref())) => {}
             }
         }
+        let _ = stop_accepting.send(true);
+        for accept_loop in extra_loops {
+            let _ = accept_loop.await;
+        }
+        let listener = match Arc::try_unwrap(acceptor) {
+            Ok(acceptor) => Some(acceptor.listener),
+            Err(_shared) => None, // every loop has ended; nothing else holds it
+        };
 
         admin_state.set_ready(false);
         drop(listener);
@@ -365,6 +368,54 @@ impl Host {
         admin_task.abort();
         info!(calls_cut, "stopped");
         RunSummary { calls_cut }
+    }
+}
+
+/// What an accept loop needs: the listener, the session slots, and what a session starts
+/// with.
+struct Acceptor {
+    listener: TcpListener,
+    /// One permit per session admitted (`max_connections`, or the open-files budget).
+    slots: Arc<Semaphore>,
+    sessions: Arc<Sessions>,
+    tls: Option<TlsAcceptor>,
+    parts: SessionParts,
+}
+
+impl Acceptor {
+    /// Takes a session slot, accepts one connection (TCP, or from `unix`) and starts its
+    /// session. Beyond the slots, new connections wait in the kernel's backlog.
+    async fn accept_one(&self, unix: impl Future<Output = std::io::Result<UnixStream>>) {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return std::future::pending().await; // the semaphore is never closed
+        };
+        let accepted = tokio::select! {
+            accepted = self.listener.accept() => accepted.map(|(stream, peer)| Accepted::Tcp(stream, peer)),
+            accepted = unix => accepted.map(Accepted::Unix),
+        };
+        let accepted = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                warn!(error = %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                return;
+            }
+        };
+        let held: Held = (self.sessions.opened(), slot);
+        let parts = self.parts.clone();
+        match accepted {
+            Accepted::Tcp(stream, peer) => {
+                if let Err(error) = stream.set_nodelay(true) {
+                    debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
+                }
+                match &self.tls {
+                    Some(tls) => spawn_tls(parts, tls.clone(), stream, peer, held),
+                    None => spawn_plain(parts, stream, Some(peer), held),
+                }
+            }
+            Accepted::Unix(stream) => spawn_plain(parts, stream, None, held),
+        }
     }
 }
 
