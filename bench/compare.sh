@@ -843,7 +843,8 @@ if burst:
     S(f"### Burst: {burst['settings'][0]['value']} new connections at once, one call each\n\n`/fast` through the "
       f"pass-through path, {burst['rounds']} round(s), median over rounds. A tail near 1000 ms is a SYN retransmission: "
       "the listen backlog overflowed (listen backlogs: nginx 4096 (`backlog=4096`), HAProxy its maxconn capped by "
-      f"somaxconn = {M['somaxconn']}; wharf and the testbed listen with tokio's fixed 128, which no key changes).\n\n"
+      f"somaxconn = {M['somaxconn']}; wharf max_connections clamped to 1024-65535 and capped by somaxconn; the testbed "
+      "tokio's 1024).\n\n"
       + table(["target", "served", "all served", "errors", "p50 ms", "p99 ms", "p99 × best anchor", "max ms",
                "makespan ms"], rows))
     wt = T["wharf"]
