@@ -18,6 +18,7 @@
 //! chunks of a small response leave in one system call.
 //!
 //! - [`serve`]: the connection loop;
+//! - `read.rs`: request heads, their deadlines, and the `http::Request` a service gets;
 //! - `body.rs`: request bodies fed to the service on demand ([`IncomingBody`]);
 //! - `write.rs`: response framing and writing;
 //! - `transport.rs`: the sockets, and [`Prefixed`] for a handed-over connection;
@@ -25,6 +26,7 @@
 
 mod body;
 mod date;
+mod read;
 mod transport;
 mod write;
 
@@ -36,22 +38,19 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::{Request, StatusCode, Version};
+use bytes::{Bytes, BytesMut};
+use http::{StatusCode, Version};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tracing::debug;
-use wharf_http1::request::{parse_request_head, ParsedRequest, RequestFraming, RequestParse};
 use wharf_http1::MessageError;
 
 pub use body::{IncomingBody, RequestBodyError};
 pub(crate) use transport::{Prefixed, Transport};
 
-use crate::call::ClientAddr;
 use crate::dispatch::Dispatcher;
-use crate::error::json_error;
-use crate::request_body::RequestBody;
 use body::{BodyFeed, FeedStep};
+use read::{build_request, Head};
 
 /// First read size, and the smallest the adaptive size shrinks to.
 const MIN_READ: usize = 4 * 1024;
@@ -78,20 +77,6 @@ pub(crate) enum Served<S> {
     Closed,
     /// The client speaks HTTP/2 with prior knowledge: here is the socket and what was read.
     Http2(S, Bytes),
-}
-
-/// What reading a request head gave.
-#[allow(clippy::large_enum_variant)] // returned by value, never stored
-enum Head {
-    Request(ParsedRequest),
-    /// Nothing more will come: EOF, idle timeout, or the drain with no request started.
-    Done,
-    /// The head did not come within `header_read_timeout`.
-    TimedOut,
-    /// The head is unusable: answer with this status and close.
-    Bad(StatusCode, MessageError),
-    /// The HTTP/2 preface.
-    Http2,
 }
 
 /// One HTTP/1.1 connection.
@@ -252,151 +237,7 @@ pub(crate) struct RequestInfo {
     pub(crate) keep_alive: bool,
 }
 
-/// The `http::Request` a service gets, and the connection's end of its body.
-fn build_request(
-    parsed: ParsedRequest,
-    peer: Option<SocketAddr>,
-) -> (Request<RequestBody>, Option<BodyFeed>) {
-    let (feed, body) = match parsed.framing {
-        RequestFraming::None => (None, RequestBody::Empty),
-        RequestFraming::Length(len) => {
-            let (feed, body) = BodyFeed::new(Some(len), parsed.expect_continue);
-            (Some(feed), RequestBody::Http1(body))
-        }
-        RequestFraming::Chunked => {
-            let (feed, body) = BodyFeed::new(None, parsed.expect_continue);
-            (Some(feed), RequestBody::Http1(body))
-        }
-    };
-    let mut request = Request::new(body);
-    *request.method_mut() = parsed.method;
-    *request.uri_mut() = parsed.uri;
-    *request.version_mut() = parsed.version;
-    *request.headers_mut() = parsed.headers;
-    if let Some(peer) = peer {
-        request.extensions_mut().insert(ClientAddr(peer));
-    }
-    (request, feed)
-}
-
 impl<S: Transport> Conn<S> {
-    /// Answers an unusable request head with `status` and its reason; the connection then
-    /// closes.
-    async fn answer_bad_head(
-        &mut self,
-        status: StatusCode,
-        error: MessageError,
-        peer: Option<SocketAddr>,
-    ) {
-        debug!(peer = ?peer, error = %error, "bad request head");
-        let kind = if status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE {
-            "headers_too_large"
-        } else {
-            "bad_request"
-        };
-        let response = json_error(status, kind, &format!("request head: {error}"));
-        let info = RequestInfo {
-            head: false,
-            version: Version::HTTP_11,
-            keep_alive: false,
-        };
-        let _ = self.write_response(response, &info, &mut None).await;
-    }
-
-    /// Reads until a request head is complete. The first request's head is due
-    /// `header_read_timeout` after accept; a later one, `idle_timeout` after the previous
-    /// response (the keep-alive idle limit) and then `header_read_timeout` after its first
-    /// byte.
-    async fn read_head(&mut self) -> Head {
-        let mut head_started = self.served == 0 || !self.buf.is_empty();
-        if self.served > 0 {
-            let after = if head_started {
-                self.limits.header_read_timeout
-            } else {
-                self.limits.idle_timeout
-            };
-            self.head_due = Instant::now() + after;
-        }
-        loop {
-            if !self.buf.is_empty() {
-                if let Some(head) = self.sniff_and_parse() {
-                    return head;
-                }
-            } else if self.buf.capacity() > 0 {
-                // Idle between requests: give the buffer back.
-                self.buf = BytesMut::new();
-            }
-            if self.draining && self.buf.is_empty() {
-                return Head::Done;
-            }
-            let due = self.head_due;
-            let read = poll_fn(|cx| {
-                if let Poll::Ready(read) = self.poll_read_more(cx) {
-                    return Poll::Ready(Some(read));
-                }
-                if self.poll_stop(cx) && self.buf.is_empty() {
-                    return Poll::Ready(None);
-                }
-                if self.poll_timer(cx, due) {
-                    return Poll::Ready(Some(Err(io::ErrorKind::TimedOut.into())));
-                }
-                Poll::Pending
-            })
-            .await;
-            match read {
-                None | Some(Ok(0)) => return Head::Done,
-                Some(Ok(_)) => {
-                    if !head_started {
-                        head_started = true;
-                        self.head_due = Instant::now() + self.limits.header_read_timeout;
-                    }
-                }
-                Some(Err(error)) if error.kind() == io::ErrorKind::TimedOut => {
-                    return if head_started {
-                        Head::TimedOut
-                    } else {
-                        Head::Done
-                    };
-                }
-                Some(Err(_)) => return Head::Done,
-            }
-        }
-    }
-
-    /// The HTTP/2 preface on a fresh connection, or a parsed HTTP/1 head; `None` when more
-    /// bytes are needed.
-    fn sniff_and_parse(&mut self) -> Option<Head> {
-        if self.served == 0 && self.buf[0] == H2_PREFACE[0] {
-            let n = self.buf.len().min(H2_PREFACE.len());
-            if self.buf[..n] == H2_PREFACE[..n] {
-                return (n == H2_PREFACE.len()).then_some(Head::Http2);
-            }
-        }
-        self.parse_head()
-    }
-
-    /// Parses the buffered bytes: `None` when more are needed.
-    fn parse_head(&mut self) -> Option<Head> {
-        match parse_request_head(&self.buf, self.limits.max_header_bytes) {
-            Ok(RequestParse::Partial) => None,
-            Ok(RequestParse::Complete(len, request)) => {
-                self.buf.advance(len);
-                if self.buf.is_empty() {
-                    // Nothing pipelined behind it: the call will wait with no buffer held.
-                    self.buf = BytesMut::new();
-                }
-                Some(Head::Request(request))
-            }
-            Err(error @ (MessageError::TooLarge { .. } | MessageError::TooManyHeaders { .. })) => {
-                Some(Head::Bad(
-                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    error,
-                ))
-            }
-            Err(error) => Some(Head::Bad(StatusCode::BAD_REQUEST, error)),
-        }
-    }
-
     /// Runs the call to its response, feeding the request body when the service asks for
     /// it, and watching the socket otherwise: a client that closes cancels the call (`None`).
     ///
@@ -491,39 +332,6 @@ impl<S: Transport> Conn<S> {
             *sent += n;
         }
         Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    /// Reads more bytes into the buffer; `Ok(0)` is EOF. Memory is taken only once the socket
-    /// is readable, and by the adaptive read size.
-    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let spare = self.buf.capacity() - self.buf.len();
-        if spare < MIN_SPARE {
-            if self.buf.is_empty() {
-                ready!(self.io.poll_read_ready(cx))?;
-            }
-            self.buf.reserve(self.read_size);
-        }
-        let spare = self.buf.capacity() - self.buf.len();
-        let n = match ready!(tokio_util::io::poll_read_buf(
-            Pin::new(&mut self.io),
-            cx,
-            &mut self.buf
-        )) {
-            Ok(n) => n,
-            Err(error) => {
-                self.peer_gone = true;
-                return Poll::Ready(Err(error));
-            }
-        };
-        if n == 0 {
-            self.peer_gone = true;
-        }
-        if n == spare {
-            self.read_size = (self.read_size * 2).min(MAX_READ);
-        } else if n < self.read_size / 4 {
-            self.read_size = (self.read_size / 2).max(MIN_READ);
-        }
-        Poll::Ready(Ok(n))
     }
 
     /// Whether the host is draining (polls the drain signal once more).
