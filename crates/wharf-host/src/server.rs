@@ -132,6 +132,15 @@ impl HostBuilder {
         let unix = self.unix.map(bind_unix).transpose()?;
         self.metrics
             .startup_phase("bind", started.elapsed().as_secs_f64());
+        // The read buffers' reuse counts are process-wide running totals (h1/spare.rs).
+        let read_buffers = self.metrics.read_buffers();
+        self.metrics.set_sampler(
+            "read_buffers",
+            Box::new(move || {
+                let (reused, allocated, spare) = crate::h1::read_buffer_stats();
+                read_buffers.sample(reused, allocated, spare);
+            }),
+        );
         let sessions = Arc::new(Sessions {
             open: AtomicUsize::new(0),
             all_closed: Notify::new(),

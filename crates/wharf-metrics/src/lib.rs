@@ -54,6 +54,8 @@ pub struct Metrics {
     cache_evictions_total: Family<Labels, Counter>,
     upstream_requests_total: Family<Labels, Counter>,
     startup_phase_seconds: Family<Labels, FloatGauge>,
+    read_buffers_total: Family<Labels, Counter>,
+    read_buffers_spare: Gauge,
     shared_cache: shared::SharedCacheFamilies,
     queue: queue::QueueFamilies,
 }
@@ -92,6 +94,11 @@ impl Metrics {
         let cache_evictions_total = Family::default();
         let upstream_requests_total = Family::default();
         let startup_phase_seconds = Family::default();
+        let read_buffers_total: Family<Labels, Counter> = Family::default();
+        for source in ["reused", "allocated"] {
+            let _ = read_buffers_total.get_or_create(&vec![("source", source.to_owned())]);
+        }
+        let read_buffers_spare = Gauge::default();
         // prometheus-client appends `_total` to counters and the unit to
         // metrics registered with one: names below are given without them.
         let counter_name = |name: &'static str| name.trim_end_matches("_total");
@@ -162,6 +169,16 @@ impl Metrics {
             Unit::Seconds,
             startup_phase_seconds.clone(),
         );
+        registry.register(
+            counter_name(names::READ_BUFFERS_TOTAL),
+            "Client read buffers taken, by source (reused, allocated)",
+            read_buffers_total.clone(),
+        );
+        registry.register(
+            names::READ_BUFFERS_SPARE,
+            "Spare client read buffers held for reuse",
+            read_buffers_spare.clone(),
+        );
         let shared_cache = shared::SharedCacheFamilies::register(&mut registry);
         let queue = queue::QueueFamilies::register(&mut registry);
         Self {
@@ -180,6 +197,8 @@ impl Metrics {
             cache_evictions_total,
             upstream_requests_total,
             startup_phase_seconds,
+            read_buffers_total,
+            read_buffers_spare,
             shared_cache,
             queue,
         }
@@ -264,6 +283,20 @@ impl Metrics {
             active: self.sessions_active.clone(),
             percent: self.percent_of_max_sessions.clone(),
             max: max_connections.max(1) as f64,
+        }
+    }
+
+    /// The read-buffer reuse handles (both sources exist at zero from start).
+    pub fn read_buffers(&self) -> ReadBufferMetrics {
+        let source = |source: &str| {
+            self.read_buffers_total
+                .get_or_create_owned(&vec![("source", source.to_owned())])
+        };
+        ReadBufferMetrics {
+            reused: source("reused"),
+            allocated: source("allocated"),
+            spare: self.read_buffers_spare.clone(),
+            seen: Arc::new([AtomicU64::new(0), AtomicU64::new(0)]),
         }
     }
 
@@ -404,6 +437,31 @@ impl CacheMetrics {
         let before = self.evictions_seen.swap(evictions_total, Ordering::Relaxed);
         self.evictions
             .inc_by(evictions_total.saturating_sub(before));
+    }
+}
+
+/// The read-buffer reuse series: the host keeps running totals of its own and a sampler
+/// copies them here before each scrape.
+#[derive(Debug, Clone)]
+pub struct ReadBufferMetrics {
+    reused: Counter,
+    allocated: Counter,
+    spare: Gauge,
+    /// The running totals (reused, allocated) at the last sample.
+    seen: Arc<[AtomicU64; 2]>,
+}
+
+impl ReadBufferMetrics {
+    /// Catches the counters up with the running totals and sets the spare count.
+    pub fn sample(&self, reused_total: u64, allocated_total: u64, spare: u64) {
+        for (counter, (seen, total)) in [&self.reused, &self.allocated]
+            .into_iter()
+            .zip(self.seen.iter().zip([reused_total, allocated_total]))
+        {
+            let before = seen.swap(total, Ordering::Relaxed);
+            counter.inc_by(total.saturating_sub(before));
+        }
+        self.spare.set(spare.min(i64::MAX as u64) as i64);
     }
 }
 

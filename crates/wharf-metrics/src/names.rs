@@ -26,6 +26,11 @@ pub const CACHE_EVICTIONS_TOTAL: &str = "wharf_cache_evictions_total";
 pub const UPSTREAM_REQUESTS_TOTAL: &str = "wharf_upstream_requests_total";
 /// Start-up phase durations.
 pub const STARTUP_PHASE_SECONDS: &str = "wharf_startup_phase_seconds";
+/// Client read buffers taken by HTTP/1.1 connections, by source: reused (a spare one of the
+/// worker thread) or allocated (SPEC §5's buffer reuse statistics).
+pub const READ_BUFFERS_TOTAL: &str = "wharf_read_buffers_total";
+/// Spare client read buffers held for reuse, over all worker threads (sampled).
+pub const READ_BUFFERS_SPARE: &str = "wharf_read_buffers_spare";
 
 /// Shared (Redis) cache tier lookups, by result: hit, miss, error, skipped.
 pub const SHARED_CACHE_REQUESTS_TOTAL: &str = "wharf_shared_cache_requests_total";
@@ -52,7 +57,7 @@ pub const QUEUE_REDELIVERED_TOTAL: &str = "wharf_queue_redelivered_total";
 pub const QUEUE_PENDING: &str = "wharf_queue_pending";
 
 /// Every name of the catalogue, for tests and docs.
-pub const ALL: [&str; 24] = [
+pub const ALL: [&str; 26] = [
     CALLS_OUTSTANDING,
     CALLS_QUEUED,
     PERCENT_OF_MAX_CALLS,
@@ -66,6 +71,8 @@ pub const ALL: [&str; 24] = [
     CACHE_EVICTIONS_TOTAL,
     UPSTREAM_REQUESTS_TOTAL,
     STARTUP_PHASE_SECONDS,
+    READ_BUFFERS_TOTAL,
+    READ_BUFFERS_SPARE,
     SHARED_CACHE_REQUESTS_TOTAL,
     SHARED_CACHE_ERRORS_TOTAL,
     SHARED_CACHE_OP_DURATION_SECONDS,

@@ -132,3 +132,26 @@ fn shared_tier_and_queue_series_start_at_zero_and_count() {
         assert!(text.contains(series), "{series} missing from:\n{text}");
     }
 }
+
+#[test]
+fn read_buffer_totals_are_caught_up_by_samples() {
+    let metrics = Metrics::new();
+    let text = metrics.encode();
+    assert!(
+        text.contains("wharf_read_buffers_total{source=\"reused\"} 0"),
+        "{text}"
+    );
+    let buffers = metrics.read_buffers();
+    buffers.sample(10, 3, 2);
+    buffers.sample(25, 4, 5);
+    let text = metrics.encode();
+    assert!(
+        text.contains("wharf_read_buffers_total{source=\"reused\"} 25"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wharf_read_buffers_total{source=\"allocated\"} 4"),
+        "{text}"
+    );
+    assert!(text.contains("wharf_read_buffers_spare 5"), "{text}");
+}

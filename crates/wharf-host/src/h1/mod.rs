@@ -19,6 +19,7 @@
 //!
 //! - [`serve`]: the connection loop;
 //! - `read.rs`: request heads, their deadlines, and the `http::Request` a service gets;
+//! - `spare.rs`: read buffers kept per worker thread between requests, with their counts;
 //! - `body.rs`: request bodies fed to the service on demand ([`IncomingBody`]);
 //! - `write.rs`: response framing and writing;
 //! - `transport.rs`: the sockets, and [`Prefixed`] for a handed-over connection;
@@ -27,6 +28,7 @@
 mod body;
 mod date;
 mod read;
+mod spare;
 mod transport;
 mod write;
 
@@ -46,6 +48,7 @@ use tracing::debug;
 use wharf_http1::MessageError;
 
 pub use body::{IncomingBody, RequestBodyError};
+pub(crate) use spare::stats as read_buffer_stats;
 pub(crate) use transport::{Prefixed, Transport};
 
 use crate::dispatch::Dispatcher;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, BytesMut};
+use bytes::Buf;
 use http::{Request, StatusCode, Version};
 use tokio::time::Instant;
 use tracing::debug;
@@ -17,6 +17,7 @@ use wharf_http1::request::{parse_request_head, ParsedRequest, RequestFraming, Re
 use wharf_http1::MessageError;
 
 use super::body::BodyFeed;
+use super::spare;
 use super::{Conn, RequestInfo, Transport, H2_PREFACE, MAX_READ, MIN_READ, MIN_SPARE};
 use crate::call::ClientAddr;
 use crate::error::json_error;
@@ -108,7 +109,7 @@ impl<S: Transport> Conn<S> {
                 }
             } else if self.buf.capacity() > 0 {
                 // Idle between requests: give the buffer back.
-                self.buf = BytesMut::new();
+                spare::give(std::mem::take(&mut self.buf));
             }
             if self.draining && self.buf.is_empty() {
                 return Head::Done;
@@ -167,7 +168,7 @@ impl<S: Transport> Conn<S> {
                 self.buf.advance(len);
                 if self.buf.is_empty() {
                     // Nothing pipelined behind it: the call will wait with no buffer held.
-                    self.buf = BytesMut::new();
+                    spare::give(std::mem::take(&mut self.buf));
                 }
                 Some(Head::Request(request))
             }
@@ -189,7 +190,16 @@ impl<S: Transport> Conn<S> {
             if self.buf.is_empty() {
                 ready!(self.io.poll_read_ready(cx))?;
             }
-            self.buf.reserve(self.read_size);
+            // A buffer freed by an earlier request on this thread, when there is one.
+            let reused = if self.buf.capacity() == 0 {
+                spare::take(self.read_size)
+            } else {
+                None
+            };
+            match reused {
+                Some(buf) => self.buf = buf,
+                None => self.buf.reserve(self.read_size),
+            }
         }
         let spare = self.buf.capacity() - self.buf.len();
         let n = match ready!(tokio_util::io::poll_read_buf(

@@ -1,0 +1,175 @@
+//! Spare read buffers, kept per worker thread between requests.
+//!
+//! A connection gives its read buffer back as soon as nothing is buffered, so a call that
+//! waits (or an idle keep-alive connection) holds none. Freed to the allocator, that is a
+//! malloc and a free of a read buffer for every request; here the buffer goes to a short
+//! per-thread stack instead, and the next read on that thread takes it. Bounded: at most
+//! [`SPARE_PER_THREAD`] buffers per worker thread, each reclaimed to its full capacity and
+//! at most [`MAX_SPARE_BYTES`] (a buffer grown for a large body is freed, not kept).
+//! [`stats`] are process-wide running totals, on `/metrics` as `wharf_read_buffers_total`
+//! and `wharf_read_buffers_spare` (SPEC §5: buffer reuse, with its statistics).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+
+/// Buffers kept per thread: enough for the connections one worker reads from between two
+/// trips to the allocator, small enough to be noise (64 × 4 KiB = 256 KiB per worker).
+pub(super) const SPARE_PER_THREAD: usize = 64;
+/// Larger buffers are not kept.
+pub(super) const MAX_SPARE_BYTES: usize = 16 * 1024;
+
+/// One thread's counts. Only the owning thread writes them (plain loads and stores, no
+/// locked instructions: a shared counter bounced between two workers cost more than the
+/// malloc it counts); the sampler sums them over [`THREADS`].
+#[derive(Default)]
+struct ThreadCounts {
+    /// Reads that got a spare buffer.
+    reused: AtomicU64,
+    /// Reads that had to allocate one.
+    allocated: AtomicU64,
+    /// Spare buffers this thread holds now.
+    held: AtomicU64,
+}
+
+impl ThreadCounts {
+    fn bump(counter: &AtomicU64, by: i64) {
+        let now = counter.load(Ordering::Relaxed).saturating_add_signed(by);
+        counter.store(now, Ordering::Relaxed);
+    }
+}
+
+/// Every thread's counts, kept after the thread ends (totals never go back).
+static THREADS: Mutex<Vec<Arc<ThreadCounts>>> = Mutex::new(Vec::new());
+
+/// One thread's spare buffers and counts.
+struct Spares {
+    buffers: Vec<BytesMut>,
+    counts: Arc<ThreadCounts>,
+}
+
+impl Spares {
+    fn new() -> Self {
+        let counts = Arc::new(ThreadCounts::default());
+        THREADS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(counts.clone());
+        Self {
+            buffers: Vec::new(),
+            counts,
+        }
+    }
+}
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        self.counts.held.store(0, Ordering::Relaxed); // freed with the thread
+    }
+}
+
+thread_local! {
+    static SPARE: RefCell<Spares> = RefCell::new(Spares::new());
+}
+
+/// A spare buffer of this thread with room for at least `min` bytes, if there is one; the
+/// caller allocates otherwise (both are counted).
+pub(super) fn take(min: usize) -> Option<BytesMut> {
+    SPARE.with(|spare| {
+        let spare = &mut *spare.borrow_mut();
+        let taken = match spare.buffers.last() {
+            Some(buf) if buf.capacity() >= min => spare.buffers.pop(),
+            _ => None,
+        };
+        let counts = &spare.counts;
+        match taken {
+            Some(_) => {
+                ThreadCounts::bump(&counts.reused, 1);
+                ThreadCounts::bump(&counts.held, -1);
+            }
+            None => ThreadCounts::bump(&counts.allocated, 1),
+        }
+        taken
+    })
+}
+
+/// Running totals over all threads: (reads that reused a buffer, reads that allocated one,
+/// spares held now).
+pub(crate) fn stats() -> (u64, u64, u64) {
+    let threads = THREADS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    threads
+        .iter()
+        .fold((0, 0, 0), |(reused, allocated, held), counts| {
+            (
+                reused + counts.reused.load(Ordering::Relaxed),
+                allocated + counts.allocated.load(Ordering::Relaxed),
+                held + counts.held.load(Ordering::Relaxed),
+            )
+        })
+}
+
+/// Keeps `buf` for a later [`take`] on this thread when it is empty, reclaimable to a full
+/// first read (nothing else shares its memory) and not oversized; otherwise frees it.
+pub(super) fn give(mut buf: BytesMut) {
+    if !buf.is_empty() || buf.capacity() == 0 {
+        return;
+    }
+    // Back to the start of its memory (a read advanced past the head), which only works
+    // when no frozen slice of it is alive.
+    if !buf.try_reclaim(super::MIN_READ) || buf.capacity() > MAX_SPARE_BYTES {
+        return;
+    }
+    SPARE.with(|spare| {
+        let spare = &mut *spare.borrow_mut();
+        if spare.buffers.len() < SPARE_PER_THREAD {
+            spare.buffers.push(buf);
+            ThreadCounts::bump(&spare.counts.held, 1);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_freed_buffer_is_taken_again_on_the_same_thread() {
+        // Runs on its own test thread: the thread-local stack starts empty.
+        assert!(take(1024).is_none());
+        let mut buf = BytesMut::with_capacity(4096);
+        buf.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+        let len = buf.len();
+        bytes::Buf::advance(&mut buf, len);
+        give(buf);
+        let again = take(4096).expect("the buffer given back");
+        assert!(again.is_empty());
+        assert!(again.capacity() >= 4096);
+        assert!(take(1024).is_none(), "one buffer given, one taken");
+    }
+
+    #[test]
+    fn shared_oversized_or_unfinished_buffers_are_not_kept() {
+        let mut shared = BytesMut::with_capacity(4096);
+        shared.extend_from_slice(b"body");
+        let frozen = shared.split().freeze(); // the memory is still shared with `frozen`
+        give(shared);
+        give(BytesMut::with_capacity(MAX_SPARE_BYTES * 2));
+        let mut unfinished = BytesMut::with_capacity(4096);
+        unfinished.extend_from_slice(b"pipelined");
+        give(unfinished);
+        assert!(take(1).is_none(), "nothing was kept");
+        drop(frozen);
+        for _ in 0..SPARE_PER_THREAD + 8 {
+            give(BytesMut::with_capacity(4096));
+        }
+        let mut kept = 0;
+        while take(1).is_some() {
+            kept += 1;
+        }
+        assert_eq!(kept, SPARE_PER_THREAD);
+    }
+}
