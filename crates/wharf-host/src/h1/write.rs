@@ -2,8 +2,9 @@
 //! the body with vectored writes, then whatever is left of the request body.
 //!
 //! Frames are gathered while the body has them ready (up to [`HIGH_WATER`]) and written in
-//! one `writev`, so a small response (head and body) leaves in one system call, and nothing
-//! waits in a buffer while the body is not ready. A body that fails, or that disagrees with
+//! one `writev`, and nothing waits in a buffer while the body is not ready. Small parts are
+//! copied behind the head instead (up to [`COPY_SMALL`]), so a small response leaves in one
+//! plain `send`: cheaper in the kernel than a `writev` of two parts. A body that fails, or that disagrees with
 //! its declared length, is cut after what was already written: the connection closes
 //! without the chunked terminator or short of the content-length, which is how the client
 //! sees a truncation. A client that stops reading is cut after `idle_timeout` without write
@@ -37,6 +38,12 @@ const DRAIN_LIMIT: u64 = 64 * 1024;
 const DRAIN_TIME: Duration = Duration::from_secs(2);
 /// The end of a chunked body (no trailers).
 const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// Body parts up to this size are copied behind the head rather than written as parts of
+/// their own.
+const COPY_SMALL: usize = 4 * 1024;
+/// The head's buffer grows with copied parts up to this size.
+const HEAD_ROOM: usize = 8 * 1024;
 
 /// Most parts gathered for one vectored write (a chunked body takes three per frame).
 const PARTS: usize = 12;
@@ -110,27 +117,22 @@ impl<S: Transport> Conn<S> {
         } else {
             ConnectionOption::Default
         };
-        let mut head = Vec::with_capacity(256);
+        // Room for a small body too: it is copied behind the head (`MessageWriter::push`).
+        let small_body = match exact {
+            Some(len) if !no_body && len <= COPY_SMALL as u64 => len as usize,
+            _ => 0,
+        };
+        let mut head = Vec::with_capacity(256 + small_body);
         with_http_date(|date| {
             encode_response_head(status, &parts.headers, framing, connection, date, &mut head);
         });
-        let writer = MessageWriter {
-            buffered: head.len(),
-            head,
-            head_sent: 0,
-            parts: Default::default(),
-            queued: 0,
-            body: (!no_body).then_some(body),
-            declared: match framing {
-                ResponseFraming::Length(len) => Some(len),
-                _ => None,
-            },
-            chunked: framing == ResponseFraming::Chunked,
-            sent: 0,
-            cut: false,
-            stall: None,
-            idle_timeout: self.limits.idle_timeout,
+        let declared = match framing {
+            ResponseFraming::Length(len) => Some(len),
+            _ => None,
         };
+        let body = (!no_body).then_some(body);
+        let chunked = framing == ResponseFraming::Chunked;
+        let writer = MessageWriter::new(head, body, declared, chunked, self.limits.idle_timeout);
         (writer, keep_alive)
     }
 
@@ -206,6 +208,31 @@ pub(super) struct MessageWriter {
 }
 
 impl MessageWriter {
+    /// A message of the encoded `head` and then `body` (none for a bodiless response),
+    /// framed by `declared` length or `chunked`.
+    fn new(
+        head: Vec<u8>,
+        body: Option<ResponseBody>,
+        declared: Option<u64>,
+        chunked: bool,
+        idle_timeout: Duration,
+    ) -> Self {
+        Self {
+            buffered: head.len(),
+            head,
+            head_sent: 0,
+            parts: Default::default(),
+            queued: 0,
+            body,
+            declared,
+            chunked,
+            sent: 0,
+            cut: false,
+            stall: None,
+            idle_timeout,
+        }
+    }
+
     /// Writes what it can; `Ready(true)` once the whole message is out, `Ready(false)` when
     /// it was cut or the socket failed.
     pub(super) fn poll_write<S: AsyncWrite + Unpin>(
@@ -308,6 +335,18 @@ impl MessageWriter {
 
     fn push(&mut self, part: Bytes) {
         self.buffered += part.len();
+        if self.queued == 0 && part.len() <= COPY_SMALL && self.head.len() + part.len() <= HEAD_ROOM
+        {
+            // Nothing queued after the head: a small part goes into the head's buffer, so
+            // the message leaves in a plain `send` (a `writev` of two parts costs more in the
+            // kernel than copying a few KiB).
+            if self.head_sent == self.head.len() {
+                self.head.clear();
+                self.head_sent = 0;
+            }
+            self.head.extend_from_slice(&part);
+            return;
+        }
         self.parts[self.queued] = part;
         self.queued += 1;
     }
@@ -318,6 +357,16 @@ impl MessageWriter {
         io: &mut S,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
+        if self.queued == 0 {
+            // Everything waiting is in the head's buffer.
+            let written = ready!(Pin::new(&mut *io).poll_write(cx, &self.head[self.head_sent..]))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.buffered -= written;
+            self.head_sent += written;
+            return Poll::Ready(Ok(()));
+        }
         let mut slices = [io::IoSlice::new(&[]); PARTS + 1];
         let mut count = 0;
         if self.head_sent < self.head.len() {
@@ -353,5 +402,165 @@ impl MessageWriter {
             self.queued -= done;
         }
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+
+    /// Records every write: whether it was vectored, and the bytes it took (at most
+    /// `max_per_call` a time, to exercise partial writes).
+    struct Recorder {
+        calls: Vec<(bool, usize)>,
+        bytes: Vec<u8>,
+        max_per_call: usize,
+    }
+
+    impl Recorder {
+        fn new(max_per_call: usize) -> Self {
+            Self {
+                calls: Vec::new(),
+                bytes: Vec::new(),
+                max_per_call,
+            }
+        }
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.max_per_call);
+            self.bytes.extend_from_slice(&buf[..n]);
+            self.calls.push((false, n));
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            slices: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let mut n = 0;
+            for slice in slices {
+                let take = slice.len().min(self.max_per_call - n);
+                self.bytes.extend_from_slice(&slice[..take]);
+                n += take;
+            }
+            self.calls.push((true, n));
+            Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn write_all(mut writer: MessageWriter, io: &mut Recorder) -> bool {
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        match writer.poll_write(io, &mut cx) {
+            Poll::Ready(done) => done,
+            Poll::Pending => panic!("a ready body and a ready socket finish in one poll"),
+        }
+    }
+
+    fn streamed(frames: &[&'static [u8]]) -> ResponseBody {
+        let frames: Vec<Result<Frame<Bytes>, crate::body::BoxError>> = frames
+            .iter()
+            .map(|f| Ok(Frame::data(Bytes::from_static(f))))
+            .collect();
+        ResponseBody::new(StreamBody::new(stream::iter(frames)))
+    }
+
+    const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 1024\r\n\r\n";
+
+    #[test]
+    fn a_small_response_leaves_in_one_plain_write() {
+        let body = vec![b'x'; 1024];
+        let writer = MessageWriter::new(
+            HEAD.to_vec(),
+            Some(ResponseBody::full(body.clone())),
+            Some(1024),
+            false,
+            Duration::from_secs(1),
+        );
+        let mut io = Recorder::new(usize::MAX);
+        assert!(write_all(writer, &mut io));
+        assert_eq!(io.calls, vec![(false, HEAD.len() + 1024)]);
+        assert_eq!(io.bytes, [HEAD, &body[..]].concat());
+    }
+
+    #[test]
+    fn a_large_body_is_not_copied_but_written_vectored() {
+        let body = vec![b'y'; 100 * 1024];
+        let writer = MessageWriter::new(
+            HEAD.to_vec(),
+            Some(ResponseBody::full(body.clone())),
+            Some(body.len() as u64),
+            false,
+            Duration::from_secs(1),
+        );
+        let mut io = Recorder::new(usize::MAX);
+        assert!(write_all(writer, &mut io));
+        assert_eq!(io.calls, vec![(true, HEAD.len() + body.len())]);
+        assert_eq!(io.bytes, [HEAD, &body[..]].concat());
+    }
+
+    #[test]
+    fn partial_writes_keep_order_across_copied_and_queued_parts() {
+        // Small frames are copied behind the head, a large one is queued after them;
+        // a socket taking 7 bytes a time must still see every byte once, in order.
+        let big: &'static [u8] = &[b'b'; 5000];
+        let writer = MessageWriter::new(
+            b"HEAD\r\n".to_vec(),
+            Some(streamed(&[b"one", b"two", big, b"three"])),
+            None,
+            true,
+            Duration::from_secs(1),
+        );
+        let mut io = Recorder::new(7);
+        assert!(write_all(writer, &mut io));
+        let expected = [
+            &b"HEAD\r\n"[..],
+            b"3\r\none\r\n",
+            b"3\r\ntwo\r\n",
+            b"1388\r\n",
+            big,
+            b"\r\n5\r\nthree\r\n0\r\n\r\n",
+        ]
+        .concat();
+        assert_eq!(
+            String::from_utf8_lossy(&io.bytes),
+            String::from_utf8_lossy(&expected)
+        );
+    }
+
+    #[test]
+    fn a_body_longer_than_declared_is_cut_after_the_declared_bytes() {
+        let writer = MessageWriter::new(
+            b"H\r\n".to_vec(),
+            Some(ResponseBody::full(&b"0123456789"[..])),
+            Some(4),
+            false,
+            Duration::from_secs(1),
+        );
+        let mut io = Recorder::new(usize::MAX);
+        assert!(!write_all(writer, &mut io), "a cut message reports failure");
+        assert_eq!(io.bytes, b"H\r\n0123");
     }
 }
