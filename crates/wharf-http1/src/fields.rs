@@ -16,7 +16,7 @@ pub(crate) fn header_map(
     slots: &[httparse::Header<'_>],
 ) -> Result<(Bytes, HeaderMap), MessageError> {
     let head = Bytes::copy_from_slice(&buf[..len]);
-    let mut headers = HeaderMap::with_capacity(slots.len());
+    let mut headers = crate::recycle::header_map_with_capacity(slots.len());
     for slot in slots {
         let name = HeaderName::from_bytes(slot.name.as_bytes())
             .map_err(|_| MessageError::Malformed(format!("header name {:?}", slot.name)))?;

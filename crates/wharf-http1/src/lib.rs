@@ -8,6 +8,7 @@
 //! - [`response`]: response heads, read by the client ([`response::parse_response_head`])
 //!   and written by the server ([`response::encode_response_head`]);
 //! - [`chunked`]: the chunked coding, decoded in place ([`chunked::ChunkedDecoder`]);
+//! - [`recycle`]: header maps kept per thread between messages;
 //! - [`MessageError`]: what is wrong with a message, for a 400/431 or a 502.
 //!
 //! Parsing is `httparse`'s (hyper's own parser); every header value of a parsed head points
@@ -16,6 +17,7 @@
 pub mod chunked;
 mod error;
 mod fields;
+pub mod recycle;
 pub mod request;
 pub mod response;
 

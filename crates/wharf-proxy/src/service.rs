@@ -232,7 +232,8 @@ impl Inner {
         let target = self.targets.resolve(&raw, &self.policy)?;
         let cache_duration = raw.cache_duration;
         let phases = Phases(request.extensions().get::<CallContext>().cloned());
-        drop(request);
+        // The call needs nothing more of the request; its header map serves the next one.
+        wharf_host::recycle_header_map(request.into_parts().0.headers);
         if cache_duration == 0 {
             return Ok(Start::PassThrough(target, phases));
         }

@@ -126,6 +126,8 @@ impl<S: Transport> Conn<S> {
         with_http_date(|date| {
             encode_response_head(status, &parts.headers, framing, connection, date, &mut head);
         });
+        // The head is encoded: its map serves the next head parsed on this thread.
+        wharf_http1::recycle::recycle(parts.headers);
         let declared = match framing {
             ResponseFraming::Length(len) => Some(len),
             _ => None,
