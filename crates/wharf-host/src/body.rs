@@ -25,6 +25,8 @@ enum Kind {
     Full(Option<Bytes>),
     /// Any other body.
     Boxed(UnsyncBoxBody<Bytes, BoxError>),
+    /// A body its service boxed already.
+    Pinned(Pin<Box<dyn Body<Data = Bytes, Error = BoxError> + Send>>),
 }
 
 impl ResponseBody {
@@ -47,6 +49,15 @@ impl ResponseBody {
     {
         ResponseBody(Kind::Boxed(body.map_err(Into::into).boxed_unsync()))
     }
+
+    /// A body that is boxed already (a service that had to pin it to poll it first): kept
+    /// as it is, with no second box around it.
+    pub fn pinned<B>(body: Pin<Box<B>>) -> Self
+    where
+        B: Body<Data = Bytes, Error = BoxError> + Send + 'static,
+    {
+        ResponseBody(Kind::Pinned(body))
+    }
 }
 
 impl From<UnsyncBoxBody<Bytes, BoxError>> for ResponseBody {
@@ -63,6 +74,7 @@ impl std::fmt::Debug for ResponseBody {
                 .field(&bytes.as_ref().map_or(0, Bytes::len))
                 .finish(),
             Kind::Boxed(_) => f.write_str("Boxed"),
+            Kind::Pinned(_) => f.write_str("Pinned"),
         }
     }
 }
@@ -78,6 +90,7 @@ impl Body for ResponseBody {
         match &mut self.get_mut().0 {
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
             Kind::Boxed(body) => Pin::new(body).poll_frame(cx),
+            Kind::Pinned(body) => body.as_mut().poll_frame(cx),
         }
     }
 
@@ -85,6 +98,7 @@ impl Body for ResponseBody {
         match &self.0 {
             Kind::Full(bytes) => bytes.is_none(),
             Kind::Boxed(body) => body.is_end_stream(),
+            Kind::Pinned(body) => body.is_end_stream(),
         }
     }
 
@@ -92,6 +106,7 @@ impl Body for ResponseBody {
         match &self.0 {
             Kind::Full(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Boxed(body) => body.size_hint(),
+            Kind::Pinned(body) => body.size_hint(),
         }
     }
 }

@@ -61,7 +61,7 @@ impl OriginBody {
     /// that fails at its first poll makes hyper close the connection without
     /// writing the head at all.
     pub(crate) async fn read_first_frame(mut self: Pin<&mut Self>) -> Result<(), ProxyError> {
-        let frame = std::future::poll_fn(|cx| self.as_mut().poll_frame(cx)).await;
+        let frame = std::future::poll_fn(|cx| self.as_mut().poll_origin_frame(cx)).await;
         let this = self.project();
         match frame {
             Some(Ok(frame)) => *this.ahead = Some(frame),
@@ -72,11 +72,17 @@ impl OriginBody {
     }
 }
 
-impl Body for OriginBody {
-    type Data = Bytes;
-    type Error = ProxyError;
+impl OriginBody {
+    /// The next frame, or why the origin's body broke (the fill's reading, which wants the
+    /// error as it is rather than boxed for a client).
+    pub(crate) async fn next_frame(
+        mut self: Pin<&mut Self>,
+    ) -> Option<Result<Frame<Bytes>, ProxyError>> {
+        std::future::poll_fn(|cx| self.as_mut().poll_origin_frame(cx)).await
+    }
 
-    fn poll_frame(
+    /// The next frame, or why the origin's body broke.
+    fn poll_origin_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ProxyError>>> {
@@ -110,6 +116,20 @@ impl Body for OriginBody {
             after: *this.total_timeout,
         })))
     }
+}
+
+impl Body for OriginBody {
+    type Data = Bytes;
+    // Boxed already, so the relayed body needs no adapter (and no second box) around it.
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.poll_origin_frame(cx)
+            .map(|frame| frame.map(|frame| frame.map_err(|error| Box::new(error) as BoxError)))
+    }
 
     fn is_end_stream(&self) -> bool {
         self.ahead.is_none() && (self.ended || self.inner.is_end_stream())
@@ -130,12 +150,9 @@ impl Body for OriginBody {
     }
 }
 
-/// Boxes an origin body for the client.
+/// An origin body, boxed already, for the client.
 pub(crate) fn relay(body: Pin<Box<OriginBody>>) -> ResponseBody {
-    ResponseBody::from(
-        body.map_err(|error| Box::new(error) as BoxError)
-            .boxed_unsync(),
-    )
+    ResponseBody::pinned(body)
 }
 
 /// A fill's failure as a body error (it is shared, so wrapped, not moved).

@@ -17,7 +17,6 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
 use tracing::{debug, Instrument};
 use wharf_cache::shared::Lease;
 use wharf_cache::{
@@ -253,7 +252,7 @@ impl FillJob {
         tokio::pin!(body);
         let mut received = 0u64;
         let mut was_committable = reason.is_none();
-        while let Some(frame) = body.frame().await {
+        while let Some(frame) = body.as_mut().next_frame().await {
             let Ok(data) = frame?.into_data() else {
                 continue; // trailers: not relayed
             };
