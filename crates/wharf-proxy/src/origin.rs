@@ -16,7 +16,9 @@ use tokio_rustls::TlsConnector;
 use tracing::debug;
 use url::Url;
 use wharf_config::ProxyConfig;
-use wharf_upstream::{Connection, IdlePool, PoolLimits, PoolSlot, ResponseBody};
+use wharf_upstream::{
+    Checkout, ConnectPermit, Connection, IdlePool, PoolLimits, PoolSlot, ResponseBody,
+};
 
 use crate::connector::{ConnectError, GuardedConnector};
 use crate::destination::DestinationPolicy;
@@ -31,6 +33,11 @@ pub(crate) const MAX_IDLE_PER_ORIGIN: usize = 128;
 pub(crate) const MAX_IDLE_TOTAL: usize = 1024;
 /// How long an idle origin connection is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// New connections opened at once per origin; more calls wait for one of them or for a
+/// connection to come back (see `wharf_upstream::IdlePool::acquire`).
+pub(crate) const MAX_CONNECTING_PER_ORIGIN: usize = 32;
+/// How long a call waits for a connection or a connect slot before it opens one anyway.
+const MAX_CONNECT_WAIT: Duration = Duration::from_millis(1);
 /// How often idle connections past their timeout are closed when no call comes.
 const POOL_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
@@ -54,6 +61,8 @@ impl Origin {
             max_idle_per_key: MAX_IDLE_PER_ORIGIN,
             max_idle_total: MAX_IDLE_TOTAL,
             idle_timeout: POOL_IDLE_TIMEOUT,
+            max_connecting_per_key: MAX_CONNECTING_PER_ORIGIN,
+            max_connect_wait: MAX_CONNECT_WAIT,
         });
         pool.spawn_sweeper(POOL_SWEEP_EVERY);
         Self {
@@ -98,9 +107,14 @@ impl Origin {
         // Matched on a temporary, not a named local: a local would keep its storage (88
         // bytes) in this future's state through every await below. A new connection's
         // exchange is boxed for the same reason: the match's temporary lives through it.
-        let (slot, connection) = match self.check_out(target) {
-            Ok(pooled) => pooled,
-            Err(slot) => return Box::pin(self.exchange_fresh(target, slot)).await,
+        let (slot, connection) = match self.inner.pool.try_acquire(target.pool_key()) {
+            Some(Checkout::Idle(slot, connection)) => (slot, connection),
+            Some(Checkout::Connect(slot, permit)) => {
+                return Box::pin(self.exchange_fresh(target, slot, Some(permit))).await
+            }
+            // Every connect slot busy, nothing idle: wait for either (boxed: the wait's
+            // state would otherwise sit in every call's future).
+            None => return Box::pin(self.exchange_after_wait(target)).await,
         };
         // The outcome is taken apart in the same statement: a `Result` kept in a local would
         // stay in this future's state (264 bytes for every call in flight) across the retry.
@@ -118,26 +132,48 @@ impl Origin {
         // on a new connection (a new one is never stale). Boxed: it is rare.
         debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
         drop(failure);
-        Box::pin(self.exchange_fresh(target, slot)).await
+        Box::pin(self.exchange_fresh(target, slot, None)).await
     }
 
-    /// A pooled idle connection to the target's origin with its slot, or just the slot.
-    fn check_out(&self, target: &Target) -> Result<(PoolSlot, Connection), PoolSlot> {
-        match self.inner.pool.check_out(target.pool_key()) {
-            (slot, Some(connection)) => Ok((slot, connection)),
-            (slot, None) => Err(slot),
+    /// The exchange once the pool gives a connection or a connect slot.
+    async fn exchange_after_wait(
+        &self,
+        target: &Target,
+    ) -> Result<Response<ResponseBody>, ProxyError> {
+        match self.inner.pool.acquire(target.pool_key()).await {
+            Checkout::Idle(slot, connection) => {
+                match connection
+                    .send_encoded(&target.request, Some(slot.clone()))
+                    .await
+                {
+                    Ok(response) => Ok(response),
+                    Err(failure) if failure.stale => {
+                        debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
+                        self.exchange_fresh(target, slot, None).await
+                    }
+                    Err(failure) => Err(self.unavailable(target, &failure.error)),
+                }
+            }
+            Checkout::Connect(slot, permit) => {
+                self.exchange_fresh(target, slot, Some(permit)).await
+            }
         }
     }
 
-    /// The exchange on a new connection.
+    /// The exchange on a new connection; `permit` (one of the origin's connect slots) is
+    /// given back as soon as the connection is open or has failed. A retry after a stale
+    /// pooled connection opens its connection without one: it is rare, and must not wait.
     async fn exchange_fresh(
         &self,
         target: &Target,
         slot: PoolSlot,
+        permit: Option<ConnectPermit>,
     ) -> Result<Response<ResponseBody>, ProxyError> {
         // Connecting is boxed: resolving and the TLS handshake hold a lot of state, which
         // every call's future would otherwise carry, also while it waits on its answer.
-        let connection = Box::pin(self.connect(&target.url)).await?;
+        let connected = Box::pin(self.connect(&target.url)).await;
+        drop(permit);
+        let connection = connected?;
         connection
             .send_encoded(&target.request, Some(slot))
             .await

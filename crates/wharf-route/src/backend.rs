@@ -97,6 +97,9 @@ impl Backend {
             max_idle_per_key: MAX_IDLE,
             max_idle_total: MAX_IDLE,
             idle_timeout: IDLE_TIMEOUT,
+            // Routes open connections as calls need them (check_out), unlimited.
+            max_connecting_per_key: usize::MAX,
+            max_connect_wait: Duration::ZERO,
         });
         pool.spawn_sweeper(SWEEP_EVERY);
         Ok(Self {

@@ -29,7 +29,7 @@ mod tls;
 pub use body::ResponseBody;
 pub use connection::{Connection, EncodedRequest, Exchange, RequestHead};
 pub use error::{SendError, UpstreamError};
-pub use pool::{IdlePool, PoolLimits, PoolSlot};
+pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
 pub use stream::UpstreamStream;
 pub use tls::tls_connector;
 pub use wharf_http1::response::{MAX_HEADERS, MAX_HEAD_BYTES};

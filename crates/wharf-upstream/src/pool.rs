@@ -8,10 +8,20 @@
 //! `idle_timeout` are closed: by the next call for that key, or by the sweep
 //! ([`IdlePool::spawn_sweeper`]) when no call comes. Nothing here polls an idle connection:
 //! it costs its socket and a few dozen bytes, no buffer and no task.
+//!
+//! New connections are opened a few at a time per upstream ([`IdlePool::acquire`]): a call
+//! that finds no idle connection opens one if fewer than `max_connecting_per_key` are being
+//! opened, and otherwise waits for whichever comes first: a connection checked in, a connect
+//! finishing, or `max_connect_wait` (then it opens its own). Under a burst of new calls to
+//! a fast upstream most calls reuse a connection the previous calls just returned instead
+//! of each opening its own; calls behind slow ones that hold their connections wait at most
+//! `max_connect_wait`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::connection::Connection;
 
@@ -21,11 +31,30 @@ struct Idle {
     since: Instant,
 }
 
+/// One upstream's idle connections, and the calls opening or waiting for one.
+#[derive(Default)]
+struct Upstream {
+    /// Oldest first.
+    idle: Vec<Idle>,
+    /// Connections being opened now (each by a call holding a [`ConnectPermit`]).
+    connecting: usize,
+    /// Calls waiting in [`IdlePool::acquire`].
+    waiting: usize,
+    /// Wakes one waiting call: a connection came back or a connect finished.
+    wake: Arc<Notify>,
+}
+
+impl Upstream {
+    /// Nothing held and nobody opening or waiting: the key can be forgotten.
+    fn is_unused(&self) -> bool {
+        self.idle.is_empty() && self.connecting == 0 && self.waiting == 0
+    }
+}
+
 /// What the pool's mutex guards.
 #[derive(Default)]
 struct Slots {
-    /// Per upstream key, oldest first.
-    by_key: HashMap<Arc<str>, Vec<Idle>>,
+    by_key: HashMap<Arc<str>, Upstream>,
     /// Idle connections over all keys.
     total: usize,
 }
@@ -39,6 +68,96 @@ pub struct PoolLimits {
     pub max_idle_total: usize,
     /// An idle connection older than this is closed, not reused.
     pub idle_timeout: Duration,
+    /// Connections being opened at once per upstream, by [`IdlePool::acquire`]; further
+    /// calls wait for one of them or for a connection to come back.
+    pub max_connecting_per_key: usize,
+    /// The longest a call waits so in [`IdlePool::acquire`] before it opens a connection
+    /// anyway.
+    pub max_connect_wait: Duration,
+}
+
+/// What [`IdlePool::acquire`] gives a call: a pooled connection, or the right to open one.
+#[derive(Debug)]
+pub enum Checkout {
+    /// An idle connection, open as far as can be told without reading it.
+    Idle(PoolSlot, Connection),
+    /// No idle connection: open one, holding the permit until it is open (or failed).
+    Connect(PoolSlot, ConnectPermit),
+}
+
+/// One of an upstream's `max_connecting_per_key` connects in progress; dropping it lets a
+/// waiting call open the next.
+#[derive(Debug)]
+pub struct ConnectPermit {
+    pool: Arc<IdlePool>,
+    key: Arc<str>,
+}
+
+impl Drop for ConnectPermit {
+    fn drop(&mut self) {
+        let wake = {
+            let mut slots = self.pool.lock();
+            match slots.by_key.get_mut(&self.key) {
+                Some(upstream) => {
+                    upstream.connecting = upstream.connecting.saturating_sub(1);
+                    (upstream.waiting > 0).then(|| upstream.wake.clone())
+                }
+                None => None,
+            }
+        };
+        if let Some(wake) = wake {
+            wake.notify_one();
+        }
+    }
+}
+
+/// Counts a call as waiting for as long as it waits (also when its future is dropped).
+struct Waiting<'a> {
+    pool: &'a IdlePool,
+    /// `None` once disarmed: the caller counts the call off itself.
+    key: Option<Arc<str>>,
+}
+
+impl Waiting<'_> {
+    fn disarm(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else { return };
+        let wake = {
+            let mut slots = self.pool.lock();
+            match slots.by_key.get_mut(&key) {
+                Some(upstream) => {
+                    upstream.waiting = upstream.waiting.saturating_sub(1);
+                    // A wake-up this call took with it goes to the next waiting call.
+                    (upstream.waiting > 0).then(|| upstream.wake.clone())
+                }
+                None => None,
+            }
+        };
+        if let Some(wake) = wake {
+            wake.notify_one();
+        }
+    }
+}
+
+/// What [`IdlePool::acquire`] does after looking under the lock.
+enum Next {
+    /// Got one; maybe wake the next waiting call too.
+    Done(Checkout, Option<Arc<Notify>>),
+    /// Wait on this upstream's wake-ups.
+    Wait(Arc<Notify>),
+}
+
+/// The map's own `Arc` of `key` when it has one, else a new one.
+fn shared_key(by_key: &HashMap<Arc<str>, Upstream>, key: &str) -> Arc<str> {
+    match by_key.get_key_value(key) {
+        Some((existing, _)) => existing.clone(),
+        None => Arc::from(key),
+    }
 }
 
 /// Idle connections by upstream key.
@@ -103,16 +222,8 @@ impl IdlePool {
                 Some((existing, _)) => existing.clone(),
                 None => Arc::from(key),
             };
-            if let Some(idle) = by_key.get_mut(key) {
-                while let Some(candidate) = idle.pop() {
-                    *total -= 1;
-                    let fresh = now.duration_since(candidate.since) < self.limits.idle_timeout;
-                    if fresh && candidate.connection.is_reusable() {
-                        found = Some(candidate.connection);
-                        break;
-                    }
-                    closed.push(candidate);
-                }
+            if let Some(upstream) = by_key.get_mut(key) {
+                found = take_idle(upstream, total, now, self.limits.idle_timeout, &mut closed);
             }
         }
         drop(closed);
@@ -123,15 +234,141 @@ impl IdlePool {
         (slot, found)
     }
 
+    /// A pooled connection to `key`, or the right to open one without waiting when fewer
+    /// than `max_connecting_per_key` are being opened; `None` when the call has to wait
+    /// ([`IdlePool::acquire`]). No await, no allocation beyond a new key's.
+    pub fn try_acquire(self: &Arc<Self>, key: &str) -> Option<Checkout> {
+        let now = Instant::now();
+        let mut closed = Vec::new();
+        let checkout = {
+            let mut slots = self.lock();
+            let Slots { by_key, total } = &mut *slots;
+            let key = shared_key(by_key, key);
+            let upstream = by_key.entry(key.clone()).or_default();
+            self.take_or_permit(key, upstream, total, now, &mut closed)
+        };
+        drop(closed);
+        checkout
+    }
+
+    /// A pooled connection to `key`, or the right to open one; waits while
+    /// `max_connecting_per_key` connects are in progress and no connection is idle, until
+    /// one comes back or a connect finishes. The caller bounds the wait (its own timeout).
+    pub async fn acquire(self: &Arc<Self>, key: &str) -> Checkout {
+        let mut waiting: Option<Waiting<'_>> = None;
+        loop {
+            // Counted off below, under the same lock that looks again.
+            let was_waiting = waiting.take().map(Waiting::disarm).is_some();
+            let now = Instant::now();
+            let mut closed = Vec::new();
+            let next = {
+                let mut slots = self.lock();
+                let Slots { by_key, total } = &mut *slots;
+                let key = shared_key(by_key, key);
+                let upstream = by_key.entry(key.clone()).or_default();
+                if was_waiting {
+                    upstream.waiting = upstream.waiting.saturating_sub(1);
+                }
+                match self.take_or_permit(key.clone(), upstream, total, now, &mut closed) {
+                    Some(checkout) => {
+                        // Room for another waiting call too (several wake-ups may have
+                        // collapsed into one `Notify` permit): pass the turn along.
+                        let more = upstream.waiting > 0
+                            && (!upstream.idle.is_empty()
+                                || upstream.connecting < self.limits.max_connecting_per_key);
+                        Next::Done(checkout, more.then(|| upstream.wake.clone()))
+                    }
+                    None => {
+                        upstream.waiting += 1;
+                        waiting = Some(Waiting {
+                            pool: self,
+                            key: Some(key),
+                        });
+                        Next::Wait(upstream.wake.clone())
+                    }
+                }
+            };
+            drop(closed);
+            match next {
+                Next::Done(checkout, pass_on) => {
+                    if let Some(wake) = pass_on {
+                        wake.notify_one();
+                    }
+                    return checkout;
+                }
+                // A wake-up sent between the lock's release and this await is kept by the
+                // `Notify` (one permit) and ends this wait at once. A call that waited
+                // `max_connect_wait` opens its own connection, slots or not: behind slow
+                // calls that hold their connections, waiting longer only queues it.
+                Next::Wait(wake) => {
+                    let waited =
+                        tokio::time::timeout(self.limits.max_connect_wait, wake.notified());
+                    if waited.await.is_err() {
+                        let was_waiting = waiting.take().map(Waiting::disarm).is_some();
+                        let mut slots = self.lock();
+                        let Slots { by_key, .. } = &mut *slots;
+                        let key = shared_key(by_key, key);
+                        let upstream = by_key.entry(key.clone()).or_default();
+                        if was_waiting {
+                            upstream.waiting = upstream.waiting.saturating_sub(1);
+                        }
+                        upstream.connecting += 1;
+                        let slot = PoolSlot {
+                            pool: self.clone(),
+                            key: key.clone(),
+                        };
+                        return Checkout::Connect(
+                            slot,
+                            ConnectPermit {
+                                pool: self.clone(),
+                                key,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Under the lock: the freshest idle connection of `upstream`, else a connect permit if
+    /// one is free, else `None`.
+    fn take_or_permit(
+        self: &Arc<Self>,
+        key: Arc<str>,
+        upstream: &mut Upstream,
+        total: &mut usize,
+        now: Instant,
+        closed: &mut Vec<Idle>,
+    ) -> Option<Checkout> {
+        let slot = PoolSlot {
+            pool: self.clone(),
+            key: key.clone(),
+        };
+        if let Some(connection) = take_idle(upstream, total, now, self.limits.idle_timeout, closed)
+        {
+            return Some(Checkout::Idle(slot, connection));
+        }
+        if upstream.connecting < self.limits.max_connecting_per_key.max(1) {
+            upstream.connecting += 1;
+            let permit = ConnectPermit {
+                pool: self.clone(),
+                key,
+            };
+            return Some(Checkout::Connect(slot, permit));
+        }
+        None
+    }
+
     fn check_in(&self, key: &Arc<str>, connection: Connection) {
         let mut surplus = None;
+        let wake;
         {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
-            let idle = by_key.entry(key.clone()).or_default();
-            if idle.len() >= self.limits.max_idle_per_key {
+            let upstream = by_key.entry(key.clone()).or_default();
+            if upstream.idle.len() >= self.limits.max_idle_per_key {
                 // Keep the newest: the oldest is the likeliest to be closed by the upstream.
-                surplus = Some(idle.remove(0));
+                surplus = Some(upstream.idle.remove(0));
                 *total -= 1;
             }
             if *total >= self.limits.max_idle_total {
@@ -139,13 +376,17 @@ impl IdlePool {
                 drop(surplus);
                 return; // `connection` is closed here, outside the lock
             }
-            idle.push(Idle {
+            upstream.idle.push(Idle {
                 connection,
                 since: Instant::now(),
             });
             *total += 1;
+            wake = (upstream.waiting > 0).then(|| upstream.wake.clone());
         }
         drop(surplus);
+        if let Some(wake) = wake {
+            wake.notify_one();
+        }
     }
 
     /// Idle connections held now.
@@ -161,7 +402,8 @@ impl IdlePool {
         {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
-            by_key.retain(|_, idle| {
+            by_key.retain(|_, upstream| {
+                let idle = &mut upstream.idle;
                 let before = idle.len();
                 let mut kept = Vec::with_capacity(before);
                 for entry in idle.drain(..) {
@@ -174,7 +416,7 @@ impl IdlePool {
                 }
                 *total -= before - kept.len();
                 *idle = kept;
-                !idle.is_empty()
+                !upstream.is_unused()
             });
         }
         drop(closed);
@@ -199,5 +441,132 @@ impl IdlePool {
                 pool.sweep();
             }
         });
+    }
+}
+
+/// The freshest idle connection of `upstream` that is still usable; stale ones met on the
+/// way go to `closed` (closed by the caller, outside the lock).
+fn take_idle(
+    upstream: &mut Upstream,
+    total: &mut usize,
+    now: Instant,
+    idle_timeout: Duration,
+    closed: &mut Vec<Idle>,
+) -> Option<Connection> {
+    while let Some(candidate) = upstream.idle.pop() {
+        *total -= 1;
+        let fresh = now.duration_since(candidate.since) < idle_timeout;
+        if fresh && candidate.connection.is_reusable() {
+            return Some(candidate.connection);
+        }
+        closed.push(candidate);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    const LIMITS: PoolLimits = PoolLimits {
+        max_idle_per_key: 4,
+        max_idle_total: 16,
+        idle_timeout: Duration::from_secs(30),
+        max_connecting_per_key: 2,
+        max_connect_wait: Duration::from_secs(30),
+    };
+
+    /// An open connection to a listener that keeps its end open.
+    async fn open_connection(listener: &TcpListener) -> (Connection, TcpStream) {
+        let address = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(address), listener.accept());
+        (Connection::new(client.unwrap()), accepted.unwrap().0)
+    }
+
+    fn expect_connect(checkout: Option<Checkout>) -> (PoolSlot, ConnectPermit) {
+        match checkout {
+            Some(Checkout::Connect(slot, permit)) => (slot, permit),
+            other => panic!("expected the right to connect, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn past_the_connect_slots_a_call_waits_for_a_returned_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = IdlePool::new(LIMITS);
+        let (slot, _first) = expect_connect(pool.try_acquire("up"));
+        let _second = expect_connect(pool.try_acquire("up"));
+        assert!(pool.try_acquire("up").is_none(), "both connect slots are taken");
+
+        let waiter = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.acquire("up").await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "no connection and no slot: it waits");
+
+        let (connection, _server_end) = open_connection(&listener).await;
+        slot.check_in(connection);
+        match waiter.await.unwrap() {
+            Checkout::Idle(..) => {}
+            other => panic!("the waiting call should get the returned connection, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_finished_connect_lets_a_waiting_call_open_the_next() {
+        let pool = IdlePool::new(LIMITS);
+        let (_, first) = expect_connect(pool.try_acquire("up"));
+        let _second = expect_connect(pool.try_acquire("up"));
+        let waiter = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.acquire("up").await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(first); // that connect failed (or is open and in use): its slot is free
+        match waiter.await.unwrap() {
+            Checkout::Connect(..) => {}
+            other => panic!("the waiting call should get the free slot, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_waited_too_long_connects_anyway() {
+        let pool = IdlePool::new(PoolLimits {
+            max_connect_wait: Duration::from_millis(5),
+            ..LIMITS
+        });
+        let _first = expect_connect(pool.try_acquire("up"));
+        let _second = expect_connect(pool.try_acquire("up"));
+        let started = tokio::time::Instant::now();
+        match pool.acquire("up").await {
+            Checkout::Connect(..) => {}
+            other => panic!("expected a connect past the wait, got {other:?}"),
+        }
+        assert!(started.elapsed() >= Duration::from_millis(5));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_wait_and_spent_permits_leave_nothing_behind() {
+        let pool = IdlePool::new(LIMITS);
+        let first = expect_connect(pool.try_acquire("up"));
+        let second = expect_connect(pool.try_acquire("up"));
+        let waiter = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.acquire("up").await }
+        });
+        tokio::task::yield_now().await;
+        waiter.abort();
+        let _ = waiter.await;
+        drop((first, second));
+        {
+            let slots = pool.lock();
+            let upstream = &slots.by_key["up"];
+            assert_eq!((upstream.connecting, upstream.waiting), (0, 0));
+        }
+        pool.sweep();
+        assert!(pool.lock().by_key.is_empty(), "an unused upstream is forgotten");
     }
 }

@@ -19,6 +19,8 @@ const LIMITS: PoolLimits = PoolLimits {
     max_idle_per_key: 4,
     max_idle_total: 16,
     idle_timeout: Duration::from_secs(30),
+    max_connecting_per_key: 2,
+    max_connect_wait: Duration::from_secs(5),
 };
 
 /// A server that runs `script` on every accepted connection and counts connections.
