@@ -107,14 +107,18 @@ impl Origin {
         // Matched on a temporary, not a named local: a local would keep its storage (88
         // bytes) in this future's state through every await below. A new connection's
         // exchange is boxed for the same reason: the match's temporary lives through it.
-        let (slot, connection) = match self.inner.pool.try_acquire(target.pool_key()) {
-            Some(Checkout::Idle(slot, connection)) => (slot, connection),
-            Some(Checkout::Connect(slot, permit)) => {
+        let checkout = match self.inner.pool.try_acquire(target.pool_key()) {
+            Some(checkout) => checkout,
+            // Every connect slot busy, nothing idle: wait for either. Boxed, and freed once
+            // it has its answer: the wait's state (a timer, a wake-up) would otherwise stay
+            // in every call's future for the whole exchange (+0.6 KiB per call in flight).
+            None => Box::pin(self.inner.pool.acquire(target.pool_key())).await,
+        };
+        let (slot, connection) = match checkout {
+            Checkout::Idle(slot, connection) => (slot, connection),
+            Checkout::Connect(slot, permit) => {
                 return Box::pin(self.exchange_fresh(target, slot, Some(permit))).await
             }
-            // Every connect slot busy, nothing idle: wait for either (boxed: the wait's
-            // state would otherwise sit in every call's future).
-            None => return Box::pin(self.exchange_after_wait(target)).await,
         };
         // The outcome is taken apart in the same statement: a `Result` kept in a local would
         // stay in this future's state (264 bytes for every call in flight) across the retry.
@@ -133,31 +137,6 @@ impl Origin {
         debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
         drop(failure);
         Box::pin(self.exchange_fresh(target, slot, None)).await
-    }
-
-    /// The exchange once the pool gives a connection or a connect slot.
-    async fn exchange_after_wait(
-        &self,
-        target: &Target,
-    ) -> Result<Response<ResponseBody>, ProxyError> {
-        match self.inner.pool.acquire(target.pool_key()).await {
-            Checkout::Idle(slot, connection) => {
-                match connection
-                    .send_encoded(&target.request, Some(slot.clone()))
-                    .await
-                {
-                    Ok(response) => Ok(response),
-                    Err(failure) if failure.stale => {
-                        debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
-                        self.exchange_fresh(target, slot, None).await
-                    }
-                    Err(failure) => Err(self.unavailable(target, &failure.error)),
-                }
-            }
-            Checkout::Connect(slot, permit) => {
-                self.exchange_fresh(target, slot, Some(permit)).await
-            }
-        }
     }
 
     /// The exchange on a new connection; `permit` (one of the origin's connect slots) is

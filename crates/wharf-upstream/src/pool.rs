@@ -497,7 +497,10 @@ mod tests {
         let pool = IdlePool::new(LIMITS);
         let (slot, _first) = expect_connect(pool.try_acquire("up"));
         let _second = expect_connect(pool.try_acquire("up"));
-        assert!(pool.try_acquire("up").is_none(), "both connect slots are taken");
+        assert!(
+            pool.try_acquire("up").is_none(),
+            "both connect slots are taken"
+        );
 
         let waiter = tokio::spawn({
             let pool = pool.clone();
@@ -567,6 +570,9 @@ mod tests {
             assert_eq!((upstream.connecting, upstream.waiting), (0, 0));
         }
         pool.sweep();
-        assert!(pool.lock().by_key.is_empty(), "an unused upstream is forgotten");
+        assert!(
+            pool.lock().by_key.is_empty(),
+            "an unused upstream is forgotten"
+        );
     }
 }
