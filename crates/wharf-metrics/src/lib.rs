@@ -239,8 +239,7 @@ impl Metrics {
             bypass: result("bypass"),
             coalesced: result("coalesced"),
             bytes: self.cache_bytes.get_or_create_owned(&labels),
-            evictions: self.cache_evictions_total.get_or_create_owned(&labels),
-            evictions_seen: Arc::new(AtomicU64::new(0)),
+            evictions: RunningTotal::new(self.cache_evictions_total.get_or_create_owned(&labels)),
         }
     }
 
@@ -293,10 +292,9 @@ impl Metrics {
                 .get_or_create_owned(&vec![("source", source.to_owned())])
         };
         ReadBufferMetrics {
-            reused: source("reused"),
-            allocated: source("allocated"),
+            reused: RunningTotal::new(source("reused")),
+            allocated: RunningTotal::new(source("allocated")),
             spare: self.read_buffers_spare.clone(),
-            seen: Arc::new([AtomicU64::new(0), AtomicU64::new(0)]),
         }
     }
 
@@ -414,9 +412,7 @@ pub struct CacheMetrics {
     bypass: Counter,
     coalesced: Counter,
     bytes: Gauge,
-    evictions: Counter,
-    /// The cache's own eviction count at the last sample.
-    evictions_seen: Arc<AtomicU64>,
+    evictions: RunningTotal,
 }
 
 impl CacheMetrics {
@@ -433,10 +429,8 @@ impl CacheMetrics {
     /// Sets bytes held and catches the eviction counter up with the
     /// cache's own running total (called by a sampler).
     pub fn sample(&self, bytes: u64, evictions_total: u64) {
-        self.bytes.set(bytes.min(i64::MAX as u64) as i64);
-        let before = self.evictions_seen.swap(evictions_total, Ordering::Relaxed);
-        self.evictions
-            .inc_by(evictions_total.saturating_sub(before));
+        set_gauge(&self.bytes, bytes);
+        self.evictions.catch_up(evictions_total);
     }
 }
 
@@ -444,25 +438,46 @@ impl CacheMetrics {
 /// copies them here before each scrape.
 #[derive(Debug, Clone)]
 pub struct ReadBufferMetrics {
-    reused: Counter,
-    allocated: Counter,
+    reused: RunningTotal,
+    allocated: RunningTotal,
     spare: Gauge,
-    /// The running totals (reused, allocated) at the last sample.
-    seen: Arc<[AtomicU64; 2]>,
 }
 
 impl ReadBufferMetrics {
     /// Catches the counters up with the running totals and sets the spare count.
     pub fn sample(&self, reused_total: u64, allocated_total: u64, spare: u64) {
-        for (counter, (seen, total)) in [&self.reused, &self.allocated]
-            .into_iter()
-            .zip(self.seen.iter().zip([reused_total, allocated_total]))
-        {
-            let before = seen.swap(total, Ordering::Relaxed);
-            counter.inc_by(total.saturating_sub(before));
-        }
-        self.spare.set(spare.min(i64::MAX as u64) as i64);
+        self.reused.catch_up(reused_total);
+        self.allocated.catch_up(allocated_total);
+        set_gauge(&self.spare, spare);
     }
+}
+
+/// A counter fed from a running total kept elsewhere (a cache's evictions, the host's
+/// buffer counts): each sample adds what the total gained since the last one.
+#[derive(Debug, Clone)]
+struct RunningTotal {
+    counter: Counter,
+    /// The running total at the last sample.
+    seen: Arc<AtomicU64>,
+}
+
+impl RunningTotal {
+    fn new(counter: Counter) -> Self {
+        Self {
+            counter,
+            seen: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn catch_up(&self, total: u64) {
+        let before = self.seen.swap(total, Ordering::Relaxed);
+        self.counter.inc_by(total.saturating_sub(before));
+    }
+}
+
+/// Sets a gauge (an `i64`) from a count, saturating.
+fn set_gauge(gauge: &Gauge, value: u64) {
+    gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
 }
 
 /// The handles of one upstream's outcome counters.

@@ -146,6 +146,6 @@ impl QueueMetrics {
 
     /// Sets the pending gauge (from the consumer's info).
     pub fn set_pending(&self, pending: u64) {
-        self.pending.set(pending.min(i64::MAX as u64) as i64);
+        crate::set_gauge(&self.pending, pending);
     }
 }

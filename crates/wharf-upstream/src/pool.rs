@@ -95,19 +95,8 @@ pub struct ConnectPermit {
 
 impl Drop for ConnectPermit {
     fn drop(&mut self) {
-        let wake = {
-            let mut slots = self.pool.lock();
-            match slots.by_key.get_mut(&self.key) {
-                Some(upstream) => {
-                    upstream.connecting = upstream.connecting.saturating_sub(1);
-                    (upstream.waiting > 0).then(|| upstream.wake.clone())
-                }
-                None => None,
-            }
-        };
-        if let Some(wake) = wake {
-            wake.notify_one();
-        }
+        self.pool
+            .count_off(&self.key, |upstream| &mut upstream.connecting);
     }
 }
 
@@ -126,20 +115,9 @@ impl Waiting<'_> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        let Some(key) = self.key.take() else { return };
-        let wake = {
-            let mut slots = self.pool.lock();
-            match slots.by_key.get_mut(&key) {
-                Some(upstream) => {
-                    upstream.waiting = upstream.waiting.saturating_sub(1);
-                    // A wake-up this call took with it goes to the next waiting call.
-                    (upstream.waiting > 0).then(|| upstream.wake.clone())
-                }
-                None => None,
-            }
-        };
-        if let Some(wake) = wake {
-            wake.notify_one();
+        if let Some(key) = self.key.take() {
+            // A wake-up this call took with it goes to the next waiting call.
+            self.pool.count_off(&key, |upstream| &mut upstream.waiting);
         }
     }
 }
@@ -158,6 +136,16 @@ fn shared_key(by_key: &HashMap<Arc<str>, Upstream>, key: &str) -> Arc<str> {
         Some((existing, _)) => existing.clone(),
         None => Arc::from(key),
     }
+}
+
+/// `key`'s upstream (added when new) with the map's `Arc` of the key.
+fn upstream_entry<'a>(
+    by_key: &'a mut HashMap<Arc<str>, Upstream>,
+    key: &str,
+) -> (Arc<str>, &'a mut Upstream) {
+    let key = shared_key(by_key, key);
+    let upstream = by_key.entry(key.clone()).or_default();
+    (key, upstream)
 }
 
 /// Idle connections by upstream key.
@@ -218,10 +206,7 @@ impl IdlePool {
         {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
-            shared_key = match by_key.get_key_value(key) {
-                Some((existing, _)) => existing.clone(),
-                None => Arc::from(key),
-            };
+            shared_key = self::shared_key(by_key, key);
             if let Some(upstream) = by_key.get_mut(key) {
                 found = take_idle(upstream, total, now, self.limits.idle_timeout, &mut closed);
             }
@@ -243,9 +228,8 @@ impl IdlePool {
         let checkout = {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
-            let key = shared_key(by_key, key);
-            let upstream = by_key.entry(key.clone()).or_default();
-            self.take_or_permit(key, upstream, total, now, &mut closed)
+            let (key, upstream) = upstream_entry(by_key, key);
+            self.take_or_permit(key, upstream, total, now, &mut closed, false)
         };
         drop(closed);
         checkout
@@ -253,9 +237,12 @@ impl IdlePool {
 
     /// A pooled connection to `key`, or the right to open one; waits while
     /// `max_connecting_per_key` connects are in progress and no connection is idle, until
-    /// one comes back or a connect finishes. The caller bounds the wait (its own timeout).
+    /// one comes back, a connect finishes or `max_connect_wait` passes (then it connects
+    /// anyway: behind slow calls that hold their connections, waiting longer only queues
+    /// it). The caller bounds the wait (its own timeout).
     pub async fn acquire(self: &Arc<Self>, key: &str) -> Checkout {
         let mut waiting: Option<Waiting<'_>> = None;
+        let mut waited_out = false;
         loop {
             // Counted off below, under the same lock that looks again.
             let was_waiting = waiting.take().map(Waiting::disarm).is_some();
@@ -264,18 +251,23 @@ impl IdlePool {
             let next = {
                 let mut slots = self.lock();
                 let Slots { by_key, total } = &mut *slots;
-                let key = shared_key(by_key, key);
-                let upstream = by_key.entry(key.clone()).or_default();
+                let (key, upstream) = upstream_entry(by_key, key);
                 if was_waiting {
                     upstream.waiting = upstream.waiting.saturating_sub(1);
                 }
-                match self.take_or_permit(key.clone(), upstream, total, now, &mut closed) {
+                match self.take_or_permit(
+                    key.clone(),
+                    upstream,
+                    total,
+                    now,
+                    &mut closed,
+                    waited_out,
+                ) {
                     Some(checkout) => {
                         // Room for another waiting call too (several wake-ups may have
                         // collapsed into one `Notify` permit): pass the turn along.
                         let more = upstream.waiting > 0
-                            && (!upstream.idle.is_empty()
-                                || upstream.connecting < self.limits.max_connecting_per_key);
+                            && (!upstream.idle.is_empty() || self.may_connect(upstream));
                         Next::Done(checkout, more.then(|| upstream.wake.clone()))
                     }
                     None => {
@@ -297,41 +289,22 @@ impl IdlePool {
                     return checkout;
                 }
                 // A wake-up sent between the lock's release and this await is kept by the
-                // `Notify` (one permit) and ends this wait at once. A call that waited
-                // `max_connect_wait` opens its own connection, slots or not: behind slow
-                // calls that hold their connections, waiting longer only queues it.
+                // `Notify` (one permit) and ends this wait at once.
                 Next::Wait(wake) => {
-                    let waited =
-                        tokio::time::timeout(self.limits.max_connect_wait, wake.notified());
-                    if waited.await.is_err() {
-                        let was_waiting = waiting.take().map(Waiting::disarm).is_some();
-                        let mut slots = self.lock();
-                        let Slots { by_key, .. } = &mut *slots;
-                        let key = shared_key(by_key, key);
-                        let upstream = by_key.entry(key.clone()).or_default();
-                        if was_waiting {
-                            upstream.waiting = upstream.waiting.saturating_sub(1);
-                        }
-                        upstream.connecting += 1;
-                        let slot = PoolSlot {
-                            pool: self.clone(),
-                            key: key.clone(),
-                        };
-                        return Checkout::Connect(
-                            slot,
-                            ConnectPermit {
-                                pool: self.clone(),
-                                key,
-                            },
-                        );
-                    }
+                    let woken = tokio::time::timeout(self.limits.max_connect_wait, wake.notified());
+                    waited_out = woken.await.is_err();
                 }
             }
         }
     }
 
+    /// Whether `upstream` has a connect slot free.
+    fn may_connect(&self, upstream: &Upstream) -> bool {
+        upstream.connecting < self.limits.max_connecting_per_key.max(1)
+    }
+
     /// Under the lock: the freshest idle connection of `upstream`, else a connect permit if
-    /// one is free, else `None`.
+    /// one is free (or `regardless`), else `None`.
     fn take_or_permit(
         self: &Arc<Self>,
         key: Arc<str>,
@@ -339,6 +312,7 @@ impl IdlePool {
         total: &mut usize,
         now: Instant,
         closed: &mut Vec<Idle>,
+        regardless: bool,
     ) -> Option<Checkout> {
         let slot = PoolSlot {
             pool: self.clone(),
@@ -348,7 +322,7 @@ impl IdlePool {
         {
             return Some(Checkout::Idle(slot, connection));
         }
-        if upstream.connecting < self.limits.max_connecting_per_key.max(1) {
+        if regardless || self.may_connect(upstream) {
             upstream.connecting += 1;
             let permit = ConnectPermit {
                 pool: self.clone(),
@@ -357,6 +331,22 @@ impl IdlePool {
             return Some(Checkout::Connect(slot, permit));
         }
         None
+    }
+
+    /// Counts one call off `counter` of `key`'s upstream (a connect that finished, a wait
+    /// that was abandoned) and wakes a waiting call to take the turn.
+    fn count_off(&self, key: &str, counter: fn(&mut Upstream) -> &mut usize) {
+        let wake = {
+            let mut slots = self.lock();
+            slots.by_key.get_mut(key).and_then(|upstream| {
+                let count = counter(upstream);
+                *count = count.saturating_sub(1);
+                (upstream.waiting > 0).then(|| upstream.wake.clone())
+            })
+        };
+        if let Some(wake) = wake {
+            wake.notify_one();
+        }
     }
 
     fn check_in(&self, key: &Arc<str>, connection: Connection) {

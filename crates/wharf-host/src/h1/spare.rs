@@ -30,14 +30,14 @@ struct ThreadCounts {
     reused: AtomicU64,
     /// Reads that had to allocate one.
     allocated: AtomicU64,
-    /// Spare buffers this thread holds now.
+    /// Spare buffers this thread holds now: its stack's length, mirrored for the sampler
+    /// (which runs on another thread).
     held: AtomicU64,
 }
 
 impl ThreadCounts {
-    fn bump(counter: &AtomicU64, by: i64) {
-        let now = counter.load(Ordering::Relaxed).saturating_add_signed(by);
-        counter.store(now, Ordering::Relaxed);
+    fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 }
 
@@ -62,6 +62,11 @@ impl Spares {
             counts,
         }
     }
+
+    fn mirror_held(&self) {
+        let held = self.buffers.len() as u64;
+        self.counts.held.store(held, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Spares {
@@ -83,14 +88,11 @@ pub(super) fn take(min: usize) -> Option<BytesMut> {
             Some(buf) if buf.capacity() >= min => spare.buffers.pop(),
             _ => None,
         };
-        let counts = &spare.counts;
         match taken {
-            Some(_) => {
-                ThreadCounts::bump(&counts.reused, 1);
-                ThreadCounts::bump(&counts.held, -1);
-            }
-            None => ThreadCounts::bump(&counts.allocated, 1),
+            Some(_) => ThreadCounts::bump(&spare.counts.reused),
+            None => ThreadCounts::bump(&spare.counts.allocated),
         }
+        spare.mirror_held();
         taken
     })
 }
@@ -127,7 +129,7 @@ pub(super) fn give(mut buf: BytesMut) {
         let spare = &mut *spare.borrow_mut();
         if spare.buffers.len() < SPARE_PER_THREAD {
             spare.buffers.push(buf);
-            ThreadCounts::bump(&spare.counts.held, 1);
+            spare.mirror_held();
         }
     });
 }
