@@ -14,8 +14,7 @@ use super::serve::shutdown_signal;
 /// Serves the testbed on `listen` until SIGINT or SIGTERM, then exits cleanly (open
 /// connections get `wharf_testbed::SHUTDOWN_GRACE` to finish).
 pub(crate) async fn run(listen: std::net::SocketAddr) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
+    let listener = wharf_testbed::bind(listen)
         .with_context(|| format!("testbed: cannot listen on {listen}"))?;
     let addr: SocketAddr = listener
         .local_addr()

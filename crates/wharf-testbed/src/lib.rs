@@ -40,5 +40,5 @@ mod server;
 mod stock;
 
 pub use pattern::{expected_body, pattern_byte};
-pub use server::{serve, spawn, TestbedHandle, SHUTDOWN_GRACE};
+pub use server::{bind, serve, spawn, TestbedHandle, LISTEN_BACKLOG, SHUTDOWN_GRACE};
 pub use stock::stock_price;

@@ -193,6 +193,15 @@ impl Connection {
         self.exchanges += 1;
     }
 
+    /// Gives the read buffer's memory back while nothing is buffered. Between exchanges the
+    /// buffer keeps the tail of its last allocation for the next response (no allocation per
+    /// call); a connection left idle does not need it.
+    pub(crate) fn release_read_buffer(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+        }
+    }
+
     /// An idle connection that can carry another request (see
     /// [`UpstreamStream::is_reusable`]).
     pub(crate) fn is_reusable(&self) -> bool {

@@ -7,7 +7,8 @@
 //! idle connections per key and in all are bounded, and connections idle past
 //! `idle_timeout` are closed: by the next call for that key, or by the sweep
 //! ([`IdlePool::spawn_sweeper`]) when no call comes. Nothing here polls an idle connection:
-//! it costs its socket and a few dozen bytes, no buffer and no task.
+//! it costs its socket and a few dozen bytes and no task; the read buffer it kept from its
+//! last exchange is given back by the next sweep.
 //!
 //! New connections are opened a few at a time per upstream ([`IdlePool::acquire`]): a call
 //! that finds no idle connection opens one if fewer than `max_connecting_per_key` are being
@@ -384,8 +385,8 @@ impl IdlePool {
         self.lock().total
     }
 
-    /// Closes connections idle longer than the timeout or found closed, and forgets keys with
-    /// none left.
+    /// Closes connections idle longer than the timeout or found closed, gives back the read
+    /// buffers of those kept, and forgets keys with none left.
     pub fn sweep(&self) {
         let now = Instant::now();
         let mut closed = Vec::new();
@@ -396,9 +397,10 @@ impl IdlePool {
                 let idle = &mut upstream.idle;
                 let before = idle.len();
                 let mut kept = Vec::with_capacity(before);
-                for entry in idle.drain(..) {
+                for mut entry in idle.drain(..) {
                     let fresh = now.duration_since(entry.since) < self.limits.idle_timeout;
                     if fresh && entry.connection.is_reusable() {
+                        entry.connection.release_read_buffer();
                         kept.push(entry);
                     } else {
                         closed.push(entry);
@@ -504,6 +506,25 @@ mod tests {
         match waiter.await.unwrap() {
             Checkout::Idle(..) => {}
             other => panic!("the waiting call should get the returned connection, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_sweep_gives_back_idle_read_buffers_and_keeps_the_connections() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = IdlePool::new(LIMITS);
+        let (slot, connection) = pool.check_out("up");
+        assert!(connection.is_none());
+        let (mut connection, _server_end) = open_connection(&listener).await;
+        // What a finished exchange leaves: nothing buffered, the allocation's tail kept.
+        connection.buf.reserve(8 * 1024);
+        slot.check_in(connection);
+
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 1, "a fresh, open connection stays");
+        match pool.try_acquire("up") {
+            Some(Checkout::Idle(_, connection)) => assert_eq!(connection.buf.capacity(), 0),
+            other => panic!("expected the idle connection, got {other:?}"),
         }
     }
 
