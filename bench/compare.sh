@@ -20,7 +20,8 @@
 #   4. runs, interleaved, with `wharf bench ... --json --report bench/report-NAME.html`:
 #      responsiveness (1000 slow + 100 fast; full run: 10000 slow, with RSS per call),
 #      burst (2000 new connections), throughput (cache hit and pass-through, 1 KiB and
-#      100 KiB, 64 connections, "shared" and "pinned"; wharf's route plain vs rewrite),
+#      100 KiB, 64 connections, "shared" and "pinned"), wharf's router (plain forward vs
+#      header rewrite, a run of its own with more rounds),
 #      cold-start (exec to first proxied 200), first call after start, idle (20 s, full
 #      run also 120 s; on dedicated instances run side by side, staggered), and in the full
 #      run the streaming-memory check (200 MiB bypass, 50 MiB cached, 20 times each);
@@ -63,6 +64,7 @@ if [ "$QUICK" = 1 ]; then
     RESP_ROUNDS=1          # responsiveness, 1000 slow + 100 fast
     BURST_ROUNDS=1
     TP_ROUNDS=1; TP_DURATION=1s; TP_WARMUP=500ms
+    ROUTE_ROUNDS=2; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
     COLD_RUNS=3
     FIRST_ROUNDS=2
     IDLE_GAPS=20s; IDLE_STAGGER=1
@@ -72,7 +74,11 @@ else
     MODE=full
     RESP_ROUNDS=2
     BURST_ROUNDS=3
-    TP_ROUNDS=2; TP_DURATION=3s; TP_WARMUP=1s
+    # Three rounds, not two: a median of three survives one disturbed round (two rounds of
+    # 3 s swung single figures by 20-40 % between runs); 2-s rounds keep the time the same.
+    TP_ROUNDS=3; TP_DURATION=2s; TP_WARMUP=1s
+    # The router figure is a ratio of two near-equal rates: its own run, more rounds.
+    ROUTE_ROUNDS=7; ROUTE_DURATION=2s; ROUTE_WARMUP=500ms
     COLD_RUNS=10
     FIRST_ROUNDS=5
     IDLE_GAPS=20s,120s; IDLE_STAGGER=2
@@ -699,7 +705,7 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
     S(f"### {label}\n\n`/bytes/1024` and `/bytes/102400` through each gateway" +
       (" (the floor is the testbed serving them directly)" if kind == "pass" else "") + ".\n\n" + "\n".join(parts))
 
-rep = tp["shared"]
+rep = load("router")
 if rep:
     T = targets(rep)
     p, r = T.get("route-1KiB/plain"), T.get("route-1KiB/rewrite")
@@ -711,10 +717,14 @@ if rep:
             c = cls(t, "requests")
             rows.append([n, f(m["value"]), " / ".join(f(x) for x in m["per_round"] if x is not None),
                          f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), str(c["total"]["errors"]["total"])])
-        pw = mval(T["pass-1KiB/wharf"], "requests_per_s")
+        pw = mval(T["route-1KiB/proxy"], "requests_per_s")
+        settings = dict((s["name"], s["value"]) for s in rep["settings"])
         S("### wharf's router: header rewrite vs plain forward (shared)\n\n"
           "Two `route` services to the same testbed, `/bytes/1024`, strip_prefix; `/rewrite` also sets "
-          "`x-via` and `x-tenant` and removes `x-internal-token`.\n\n"
+          "`x-via` and `x-tenant` and removes `x-internal-token`. Their own interleaved run (the ratio of "
+          f"two near-equal rates needs more rounds than the throughput tables): {rep['rounds']} round(s) of "
+          f"{settings['duration']} after a {settings['warmup']} warm-up, 64 keep-alive connections, "
+          "wharf with 2 workers.\n\n"
           + table(["route", "requests/s (median)", "per round", "p50 ms", "p99 ms", "errors"], rows)
           + f"\nrewrite / plain = **{ratio(rr, pr):.3f}**. For scale: the proxy's pass-through of the same object "
             f"in the same run made {f(pw)} req/s (plain route / proxy pass-through = {ratio(pr, pw):.2f}).\n")
@@ -1233,16 +1243,21 @@ throughput_targets() {
         TARGETS+=(--target "pass-$label/haproxy=$(url_haproxy "$hp" "/bytes/$size")")
         TARGETS+=(--target "pass-$label/floor=$(url_floor "$ftb" "/bytes/$size")")
     done
-    if [ "$mode" = shared ]; then
-        # wharf's router, plain forward and forward with header rewrite (wharf only)
-        TARGETS+=(--target "route-1KiB/plain=http://127.0.0.1:$wp/plain/bytes/1024")
-        TARGETS+=(--target "route-1KiB/rewrite=http://127.0.0.1:$wp/rewrite/bytes/1024")
-    fi
 }
 phase "throughput-shared"
 throughput_targets shared "$TB" "$WP" "$NP" "$HC" "$HP" "$TB"
 bench throughput-shared throughput --concurrency "$CONCURRENCY" --duration "$TP_DURATION" \
     --warmup "$TP_WARMUP" --rounds "$TP_ROUNDS" "${TARGETS[@]}"
+
+# ================================================================ router, shared
+# wharf's router (wharf only): plain forward, forward with header rewrite, and the proxy's
+# pass-through of the same object for scale.
+phase "router"
+bench router throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION" \
+    --warmup "$ROUTE_WARMUP" --rounds "$ROUTE_ROUNDS" \
+    --target "route-1KiB/plain=http://127.0.0.1:$WP/plain/bytes/1024" \
+    --target "route-1KiB/rewrite=http://127.0.0.1:$WP/rewrite/bytes/1024" \
+    --target "route-1KiB/proxy=$(url_wharf "$WP" "$TB" /bytes/1024 0)"
 
 # ================================================================ throughput, pinned
 phase "throughput-pinned"
