@@ -16,6 +16,8 @@ use crate::cli::{Cli, Command};
 fn main() -> ExitCode {
     let exec_started = Instant::now();
     let cli = Cli::parse();
+    // Before the runtime's threads exist: see wharf_host::presize_fd_table.
+    let fd_table = wharf_host::presize_fd_table();
     // All worker threads start now (no ramp-up under a burst, seed 002).
     // Blocking-pool threads (name resolution) are kept for a day instead of
     // tokio's 10 s, so a call after an idle gap finds one ready (seed 001).
@@ -30,7 +32,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match run(cli, &runtime, exec_started) {
+    match run(cli, &runtime, exec_started, fd_table) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("wharf: {error:#}");
@@ -43,7 +45,12 @@ fn main() -> ExitCode {
 /// `[telemetry]` table says how to log and where to export traces; `check` and `testbed`
 /// log with the defaults. The telemetry guard drops at the end of each arm: after
 /// `block_on`, on this (non-worker) thread, with the runtime alive to send the last spans.
-fn run(cli: Cli, runtime: &Runtime, exec_started: Instant) -> anyhow::Result<()> {
+fn run(
+    cli: Cli,
+    runtime: &Runtime,
+    exec_started: Instant,
+    fd_table: std::io::Result<u64>,
+) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let loaded = cli::serve::load(&args)?;
@@ -54,6 +61,7 @@ fn run(cli: Cli, runtime: &Runtime, exec_started: Instant) -> anyhow::Result<()>
                 telemetry::init(&loaded.config.telemetry, cli.log_format)?
             };
             let telemetry_init = started.elapsed();
+            report_fd_table(&fd_table);
             runtime.block_on(cli::serve::run(loaded, telemetry_init, exec_started))
         }
         Command::Check { config } => {
@@ -62,11 +70,26 @@ fn run(cli: Cli, runtime: &Runtime, exec_started: Instant) -> anyhow::Result<()>
         }
         Command::Testbed { listen } => {
             let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
+            report_fd_table(&fd_table);
             runtime.block_on(cli::testbed::run(listen))
         }
         Command::Bench(args) => {
             let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
+            report_fd_table(&fd_table);
             runtime.block_on(cli::bench::run(args))
         }
+    }
+}
+
+/// Logs how the descriptor table was sized at start. A failure is a warning, not an error:
+/// the table then grows on demand, each doubling a short stall for every thread.
+fn report_fd_table(fd_table: &std::io::Result<u64>) {
+    match fd_table {
+        Ok(size) => tracing::debug!(descriptors = size, "descriptor table sized at start"),
+        Err(error) => tracing::warn!(
+            error = %error,
+            "cannot size the descriptor table at start; it grows as connections open, \
+             each doubling a stall of a few milliseconds"
+        ),
     }
 }

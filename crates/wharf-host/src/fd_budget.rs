@@ -65,7 +65,7 @@ pub(crate) fn sessions_within(configured: usize, open_files_limit: Option<u64>) 
 /// Raises the soft open-files limit to the hard one and returns the soft
 /// limit now in force (`None`: unlimited). Not being allowed to raise it is
 /// not an error: the budget is then computed from the current soft limit.
-fn raise_nofile_limit() -> Option<u64> {
+pub(crate) fn raise_nofile_limit() -> Option<u64> {
     let limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
         let raised = Rlimit {

@@ -22,6 +22,7 @@ mod connection;
 mod dispatch;
 pub mod error;
 mod fd_budget;
+mod fd_table;
 pub mod h1;
 pub mod layers;
 mod registry;
@@ -35,6 +36,7 @@ pub mod tls;
 
 pub use body::ResponseBody;
 pub use call::{CallContext, Phase};
+pub use fd_table::{presize_fd_table, PRESIZE_CAP};
 pub use registry::Mount;
 pub use request_body::RequestBody;
 pub use server::{Host, HostBuilder, HostError, RunSummary};
