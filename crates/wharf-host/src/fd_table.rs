@@ -7,7 +7,8 @@
 //! measured here for the `socket()` that took descriptor 2,050. A fresh wharf paid that each
 //! time its connections first reached a new size: in bench/compare.sh's responsiveness
 //! scenario (1,000 slow calls, then 100 fast ones), the first round's fast p99 was 33-45 ms
-//! and the later rounds' 9-14 ms, and a burst of new connections met up to six doublings.
+//! and the later rounds' 9-14 ms; a fresh process's table holds 256, so a first burst of
+//! 2,000 connections (and their upstream ones) meets four doublings on the way to 4,096.
 //! Sized while the process still has one thread, growing is a copy with no wait, and the
 //! table never shrinks.
 //!

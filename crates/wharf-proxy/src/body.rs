@@ -61,7 +61,7 @@ impl OriginBody {
     /// that fails at its first poll makes hyper close the connection without
     /// writing the head at all.
     pub(crate) async fn read_first_frame(mut self: Pin<&mut Self>) -> Result<(), ProxyError> {
-        let frame = std::future::poll_fn(|cx| self.as_mut().poll_origin_frame(cx)).await;
+        let frame = self.as_mut().next_frame().await;
         let this = self.project();
         match frame {
             Some(Ok(frame)) => *this.ahead = Some(frame),

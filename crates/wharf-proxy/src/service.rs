@@ -521,19 +521,15 @@ mod tests {
     const FILL_CALL_BYTES: usize = 576;
 
     fn proxy() -> Arc<Inner> {
-        let config = ProxyConfig {
-            path: "/proxy".to_owned(),
-            cache_max_bytes: 1 << 20,
-            max_object_bytes: 1 << 16,
-            max_ttl: Duration::from_secs(60),
-            allow_private_networks: true,
-            allow_hosts: Vec::new(),
-            connect_timeout: Duration::from_secs(1),
-            first_byte_timeout: Duration::from_secs(1),
-            total_timeout: Duration::from_secs(1),
-            shared_cache: None,
+        let toml =
+            "[services.p]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n";
+        let config = wharf_config::Config::from_toml_str(toml, "test").unwrap();
+        let Some(wharf_config::ServiceKind::Proxy(proxy)) =
+            config.service("p").map(|service| &service.kind)
+        else {
+            panic!("a proxy service");
         };
-        ProxyService::with_shared_tier("p", &config, &Metrics::new(), None).inner
+        ProxyService::with_shared_tier("p", proxy, &Metrics::new(), None).inner
     }
 
     fn call(query: &str) -> Request<RequestBody> {

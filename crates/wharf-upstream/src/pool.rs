@@ -32,6 +32,13 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    /// Young enough and, as far as can be told without reading it, still open.
+    fn is_usable(&self, now: Instant, idle_timeout: Duration) -> bool {
+        now.duration_since(self.since) < idle_timeout && self.connection.is_reusable()
+    }
+}
+
 /// One upstream's idle connections, and the calls opening or waiting for one.
 #[derive(Default)]
 struct Upstream {
@@ -396,18 +403,15 @@ impl IdlePool {
             by_key.retain(|_, upstream| {
                 let idle = &mut upstream.idle;
                 let before = idle.len();
-                let mut kept = Vec::with_capacity(before);
-                for mut entry in idle.drain(..) {
-                    let fresh = now.duration_since(entry.since) < self.limits.idle_timeout;
-                    if fresh && entry.connection.is_reusable() {
-                        entry.connection.release_read_buffer();
-                        kept.push(entry);
-                    } else {
-                        closed.push(entry);
-                    }
+                let (mut kept, stale): (Vec<Idle>, Vec<Idle>) = idle
+                    .drain(..)
+                    .partition(|entry| entry.is_usable(now, self.limits.idle_timeout));
+                for entry in &mut kept {
+                    entry.connection.release_read_buffer();
                 }
                 *total -= before - kept.len();
                 *idle = kept;
+                closed.extend(stale);
                 !upstream.is_unused()
             });
         }
@@ -447,8 +451,7 @@ fn take_idle(
 ) -> Option<Connection> {
     while let Some(candidate) = upstream.idle.pop() {
         *total -= 1;
-        let fresh = now.duration_since(candidate.since) < idle_timeout;
-        if fresh && candidate.connection.is_reusable() {
+        if candidate.is_usable(now, idle_timeout) {
             return Some(candidate.connection);
         }
         closed.push(candidate);
