@@ -8,6 +8,8 @@
 //! `content-length` is read by the chunked framing alone, its `content-length` removed, and
 //! the connection closed after it (the RFC's rule for intermediaries).
 
+use std::mem::MaybeUninit;
+
 use http::header::{self, HeaderMap};
 use http::{Method, Uri, Version};
 
@@ -123,9 +125,11 @@ pub enum RequestParse {
 /// Parses a request head from the front of `buf`; a head (or a partial one) longer than
 /// `max_head_bytes` is [`MessageError::TooLarge`].
 pub fn parse_request_head(buf: &[u8], max_head_bytes: usize) -> Result<RequestParse, MessageError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_REQUEST_HEADERS];
-    let mut request = httparse::Request::new(&mut slots);
-    let len = match request.parse(buf) {
+    // Uninitialised slots: zeroing all of them (4 KiB) on every parse, and again whenever
+    // more of a head arrives, showed in profiles of the pass-through path.
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_REQUEST_HEADERS];
+    let mut request = httparse::Request::new(&mut []);
+    let len = match request.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => {
             if buf.len() > max_head_bytes {
