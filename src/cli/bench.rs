@@ -117,8 +117,8 @@ pub(crate) enum ScenarioArgs {
     /// The first call after idle gaps vs warm calls, on the same keep-alive connection and on
     /// a new one (seed 001).
     ///
-    /// Each gap is waited twice per round (once per kind of call), so a round lasts about
-    /// twice the sum of the gaps. Reports each call's time and its ratio to the warm median
+    /// Each gap is waited twice per round (once per kind of call; once with
+    /// --new-connection-only), so a round lasts about twice the sum of the gaps. Reports each call's time and its ratio to the warm median
     /// (about 1 is right).
     Idle {
         /// The URL to call.
@@ -133,6 +133,11 @@ pub(crate) enum ScenarioArgs {
         /// Warm calls on one keep-alive connection (the keep-alive baseline).
         #[arg(long, default_value_t = 20)]
         warm_calls: u32,
+        /// Time only the call on a new connection after each gap, so each gap is waited once
+        /// per round: for gaps past the targets' keep-alive timeouts, where a kept connection
+        /// can only be found closed.
+        #[arg(long)]
+        new_connection_only: bool,
     },
     /// K new connections opened at once, one call each: is a burst served at once? (seed 002)
     ///
@@ -274,10 +279,12 @@ fn bench(args: &BenchArgs) -> anyhow::Result<Bench> {
             gaps,
             quick,
             warm_calls,
+            new_connection_only,
         } => {
             let mut config = IdleConfig {
                 gaps: gaps.clone(),
                 warm_calls: *warm_calls,
+                keep_alive: !*new_connection_only,
                 ..IdleConfig::default()
             };
             if *quick {

@@ -12,7 +12,8 @@
 //! penalty (seed 001 saw ~418 ms after 15 s). A server may close a keep-alive connection that
 //! idled past its own idle timeout; that is reported as a note, not as an error, and the
 //! keep-alive figure is then missing. Each gap is waited twice, so a round lasts about twice
-//! the sum of the gaps.
+//! the sum of the gaps; with `keep_alive` off only step 2 runs (for gaps past the targets'
+//! keep-alive timeouts, where step 1 can only report the connection closed).
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,9 @@ pub struct IdleConfig {
     pub warm_calls: u32,
     /// Warm calls on new connections for the new-connection baseline (default 5).
     pub warm_new_connections: u32,
+    /// Whether to time a keep-alive connection after each gap too (default true); off, each
+    /// gap is waited once per round, for the call on a new connection only.
+    pub keep_alive: bool,
 }
 
 impl Default for IdleConfig {
@@ -39,6 +43,7 @@ impl Default for IdleConfig {
             gaps: vec![Duration::from_secs(20), Duration::from_secs(120)],
             warm_calls: 20,
             warm_new_connections: 5,
+            keep_alive: true,
         }
     }
 }
@@ -59,11 +64,13 @@ impl IdleConfig {
             setting("gaps", gaps.join(",")),
             setting("warm_calls", self.warm_calls),
             setting("warm_new_connections", self.warm_new_connections),
+            setting("keep_alive", self.keep_alive),
         ]
     }
 
     pub(crate) fn units(&self) -> u64 {
-        let gaps: u64 = self.gaps.iter().map(|&g| 2 * ticks(g)).sum();
+        let waits = if self.keep_alive { 2 } else { 1 };
+        let gaps: u64 = self.gaps.iter().map(|&g| waits * ticks(g)).sum();
         gaps + u64::from(self.warm_calls) + u64::from(self.warm_new_connections)
     }
 
@@ -126,27 +133,30 @@ pub(crate) async fn round(
     for &gap in &config.gaps {
         let name = human(gap);
         // 1. The same keep-alive connection, before and after the gap.
-        let mut conn = None;
-        let warmed = keep_alive_call(&mut conn, endpoint, next(), timeout).await;
-        ctx.progress.sleep(gap).await;
-        let keep_alive_ms = match (&warmed, &conn) {
-            (Ok(()), Some(c)) if c.is_closed() => {
-                round.notes.push(format!(
-                    "the server closed the idle keep-alive connection during the {name} gap \
-                     (its idle timeout): no keep-alive figure for it"
-                ));
-                None
+        let keep_alive_ms = if config.keep_alive {
+            let mut conn = None;
+            let warmed = keep_alive_call(&mut conn, endpoint, next(), timeout).await;
+            ctx.progress.sleep(gap).await;
+            match (&warmed, &conn) {
+                (Ok(()), Some(c)) if c.is_closed() => {
+                    round.notes.push(format!(
+                        "the server closed the idle keep-alive connection during the {name} \
+                         gap (its idle timeout): no keep-alive figure for it"
+                    ));
+                    None
+                }
+                _ => {
+                    let req = next();
+                    let begin = Instant::now();
+                    let result = keep_alive_call(&mut conn, endpoint, req, timeout).await;
+                    let took = begin.elapsed();
+                    after_keep_alive.record(took, &result);
+                    result.is_ok().then_some(took.as_secs_f64() * 1000.0)
+                }
             }
-            _ => {
-                let req = next();
-                let begin = Instant::now();
-                let result = keep_alive_call(&mut conn, endpoint, req, timeout).await;
-                let took = begin.elapsed();
-                after_keep_alive.record(took, &result);
-                result.is_ok().then_some(took.as_secs_f64() * 1000.0)
-            }
+        } else {
+            None
         };
-        drop(conn);
         // 2. A new connection after the gap.
         ctx.progress.sleep(gap).await;
         let req = next();
@@ -160,13 +170,15 @@ pub(crate) async fn round(
             let name = format!("{what}_after_{name}{}", unit_suffix(unit));
             round.metric(&name, value, unit, Better::Lower);
         };
-        metric(&mut round, "keepalive", keep_alive_ms, Unit::Ms);
-        metric(
-            &mut round,
-            "keepalive",
-            ratio(keep_alive_ms, warm_p50),
-            Unit::Ratio,
-        );
+        if config.keep_alive {
+            metric(&mut round, "keepalive", keep_alive_ms, Unit::Ms);
+            metric(
+                &mut round,
+                "keepalive",
+                ratio(keep_alive_ms, warm_p50),
+                Unit::Ratio,
+            );
+        }
         metric(&mut round, "new_conn", new_ms, Unit::Ms);
         metric(
             &mut round,

@@ -144,6 +144,7 @@ async fn idle_times_the_call_after_each_gap() {
         gaps: vec![Duration::from_millis(100), Duration::from_millis(200)],
         warm_calls: 5,
         warm_new_connections: 2,
+        keep_alive: true,
     };
     let report = run(&bench(
         Scenario::Idle(config),
@@ -164,4 +165,31 @@ async fn idle_times_the_call_after_each_gap() {
         assert!(metric(t, name).value.unwrap() > 0.0, "{name}");
     }
     assert!(t.classes.iter().all(|c| c.errors.total == 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_without_keep_alive_times_only_new_connections() {
+    let tb = testbed().await;
+    let config = IdleConfig {
+        gaps: vec![Duration::from_millis(100)],
+        warm_calls: 3,
+        warm_new_connections: 2,
+        keep_alive: false,
+    };
+    let report = run(&bench(
+        Scenario::Idle(config),
+        vec![Target::new("testbed", tb.url("/fast"))],
+    ))
+    .await;
+    let t = &report.targets[0];
+    assert_eq!(class(t, "after gap, keep-alive").ok, 0);
+    assert_eq!(class(t, "after gap, new connection").ok, 1);
+    assert!(metric(t, "new_conn_after_100ms_ratio").value.unwrap() > 0.0);
+    assert!(
+        t.metrics.iter().all(|m| !m.name.starts_with("keepalive_")),
+        "no keep-alive figures: {:?}",
+        t.metrics.iter().map(|m| &m.name).collect::<Vec<_>>()
+    );
+    // The warm calls and the one call after the gap: no keep-alive probe.
+    assert_eq!(tb.hits("/fast"), 3 + 2 + 1);
 }
