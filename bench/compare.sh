@@ -825,7 +825,6 @@ if IDLE:
                 r = mval(t, f"{kind}_after_{g}_ratio") if t else None
                 if ms is not None:
                     cells.append(f"{f(ms)} ({f(r, 1)})")
-                else:
                 elif kind == "new_conn":
                     cells.append("–")   # failed: counted in the errors column
                 else:
