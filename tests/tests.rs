@@ -18,3 +18,4 @@ mod shared_cache;
 mod stock_example;
 mod support;
 mod telemetry;
+mod warm_up;

@@ -81,6 +81,7 @@ pub(crate) async fn run(
     let services_init = phase_started.elapsed();
 
     let metrics = builder.metrics().clone();
+    let warm_up = warm_up(&builder, &config).await;
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
     let shutdown = shutdown_signal();
@@ -93,6 +94,7 @@ pub(crate) async fn run(
     metrics.startup_phase("config_load", config_load.as_secs_f64());
     metrics.startup_phase("telemetry_init", telemetry_init.as_secs_f64());
     metrics.startup_phase("services_init", services_init.as_secs_f64());
+    metrics.startup_phase("warm_up", warm_up.as_secs_f64());
     metrics.startup_phase("exec_to_ready", ready.as_secs_f64());
     info!(
         addr = %host.local_addr(),
@@ -101,6 +103,7 @@ pub(crate) async fn run(
         config_load_ms = config_load.as_secs_f64() * 1e3,
         telemetry_init_ms = telemetry_init.as_secs_f64() * 1e3,
         services_init_ms = services_init.as_secs_f64() * 1e3,
+        warm_up_ms = warm_up.as_secs_f64() * 1e3,
         exec_to_ready_ms = ready.as_secs_f64() * 1e3,
         "wharf listening"
     );
@@ -112,6 +115,20 @@ pub(crate) async fn run(
         );
     }
     Ok(())
+}
+
+/// Warms the host and a twin of each service type up (seed 000, `wharf::warm_up`) before
+/// the listeners are bound; returns how long it took. A failed warm-up call is a warning:
+/// the first client's call then pays for what it would have done.
+async fn warm_up(host: &wharf_host::HostBuilder, config: &Config) -> Duration {
+    let (plan, origin) = wharf::warm_up::plan(config).await;
+    let report = host.warm_up(plan).await;
+    drop(origin);
+    if !report.failed.is_empty() {
+        tracing::warn!(failed = ?report.failed, "start-up warm-up: calls failed; the first calls pay for it");
+    }
+    tracing::debug!(calls = report.calls, "start-up warm-up done");
+    report.elapsed
 }
 
 /// Watches SIGINT and SIGTERM from this call on, and resolves on the first of them. The

@@ -10,8 +10,8 @@
 //!
 //! HTTP/1.1 is served by wharf's own connection code ([`h1`]), HTTP/2 by hyper.
 //!
-//! Main types: [`HostBuilder`] → [`Host`] (bound, not yet serving) →
-//! [`Host::run`]; [`Mount`] says which requests reach a service;
+//! Main types: [`HostBuilder`] (optionally [`HostBuilder::warm_up`]) → [`Host`] (bound,
+//! not yet serving) → [`Host::run`]; [`Mount`] says which requests reach a service;
 //! [`error::json_error`] is the one error body every service uses;
 //! [`call::CallContext`] is how a service reports its phases.
 
@@ -33,6 +33,7 @@ pub mod services;
 mod session;
 mod stack;
 pub mod tls;
+pub mod warm_up;
 
 pub use body::ResponseBody;
 pub use call::{CallContext, Phase};
@@ -42,6 +43,7 @@ pub use request_body::RequestBody;
 pub use server::{Host, HostBuilder, HostError, RunSummary};
 pub use service::{handler, HostService};
 pub use services::{Reloader, ServiceSet};
+pub use warm_up::{WarmUp, WarmUpOrigin, WarmUpReport};
 /// Hands a request's header map back once a service has read it, for the next head parsed
 /// on this thread (`wharf_http1::recycle`): two allocations fewer per call.
 pub use wharf_http1::recycle::recycle as recycle_header_map;

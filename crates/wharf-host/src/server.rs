@@ -27,6 +27,7 @@ use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
 use crate::tls::{self, TlsError, TlsFiles};
+use crate::warm_up::{WarmUp, WarmUpReport};
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +116,14 @@ impl HostBuilder {
         self
     }
 
+    /// Runs `warm`'s calls through a private session, so the first client's call finds the
+    /// code and buffers it needs warm (seed 000; see [`crate::warm_up`]). Call it before
+    /// [`HostBuilder::bind`]: a client that connects once the port is bound must not wait
+    /// behind the warm-up.
+    pub async fn warm_up(&self, warm: WarmUp) -> WarmUpReport {
+        crate::warm_up::run(warm, &self.server, session_limits(&self.server)).await
+    }
+
     /// Binds the service and admin listeners (port 0 picks a free port).
     pub async fn bind(self) -> Result<Host, HostError> {
         let started = Instant::now();
@@ -141,15 +150,8 @@ impl HostBuilder {
                 read_buffers.sample(reused, allocated, spare);
             }),
         );
-        let sessions = Arc::new(Sessions {
-            open: AtomicUsize::new(0),
-            all_closed: Notify::new(),
-            metrics: self.metrics.sessions(max_sessions),
-        });
-        let session_limits = SessionLimits {
-            header_read_timeout: self.server.header_read_timeout,
-            idle_timeout: self.server.idle_timeout,
-        };
+        let sessions = Sessions::new(self.metrics.sessions(max_sessions));
+        let session_limits = session_limits(&self.server);
         Ok(Host {
             listener,
             admin,
@@ -196,7 +198,7 @@ pub struct RunSummary {
 }
 
 /// Open sessions, for the session gauges and the drain.
-struct Sessions {
+pub(crate) struct Sessions {
     open: AtomicUsize,
     /// Notified when the last session closes.
     all_closed: Notify,
@@ -204,7 +206,15 @@ struct Sessions {
 }
 
 impl Sessions {
-    fn opened(self: &Arc<Self>) -> SessionGuard {
+    pub(crate) fn new(metrics: SessionMetrics) -> Arc<Self> {
+        Arc::new(Self {
+            open: AtomicUsize::new(0),
+            all_closed: Notify::new(),
+            metrics,
+        })
+    }
+
+    pub(crate) fn opened(self: &Arc<Self>) -> SessionGuard {
         let open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
         self.metrics.set_active(open);
         SessionGuard(self.clone())
@@ -428,9 +438,17 @@ impl Acceptor {
     }
 }
 
+/// The time limits of every session, from `[server]`.
+fn session_limits(server: &ServerConfig) -> SessionLimits {
+    SessionLimits {
+        header_read_timeout: server.header_read_timeout,
+        idle_timeout: server.idle_timeout,
+    }
+}
+
 /// The HTTP/2 side (TLS with ALPN h2, or cleartext with prior knowledge);
 /// HTTP/1.1 is wharf's own ([`h1`]).
-fn h2_builder(server: &ServerConfig) -> http2::Builder<TokioExecutor> {
+pub(crate) fn h2_builder(server: &ServerConfig) -> http2::Builder<TokioExecutor> {
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())

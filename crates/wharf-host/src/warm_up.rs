@@ -1,0 +1,319 @@
+//! Start-up warm-up (seed 000): before the listeners are bound, a few calls go through a
+//! private session on a loopback connection of the host's own making, so that the first
+//! client's call does not pay for work a process does once: CPU feature detection (the
+//! head parser's SIMD check runs `cpuid`, which traps to the hypervisor on a VM: 30-45 µs
+//! here), the first run of the session, parser, dispatch, the host's layers and the
+//! services' own code, and each thread's first buffers.
+//!
+//! The warm-up never reaches the services clients call: each service kind offers a twin
+//! of itself (the proxy, for instance, built to fetch from a [`WarmUpOrigin`] and nothing
+//! else), mounted in a registry of the warm-up's own with its own counters, so nothing of
+//! it shows on `/metrics` or `/debug/inflight`. The one trace it leaves is real: the read
+//! buffer its session used stays as a spare (`wharf_read_buffers_total`).
+//!
+//! Main types: [`WarmUp`] (what to call), [`WarmUpOrigin`] (an origin for twins to fetch
+//! from), [`WarmUpReport`] (what happened); [`crate::HostBuilder::warm_up`] runs it, before the listeners are bound.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+use wharf_config::{LimitsConfig, ServerConfig};
+use wharf_metrics::Metrics;
+
+use crate::call::Inflight;
+use crate::connection::{spawn_plain, SessionLimits, SessionParts};
+use crate::dispatch::Dispatcher;
+use crate::registry::Mount;
+use crate::server::{h2_builder, Sessions};
+use crate::service::HostService;
+use crate::services::ServiceSet;
+
+/// How long one warm-up call may take before it is given up (a warm one takes well
+/// under a millisecond; start-up must not hang on a warm-up gone wrong).
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// The path of the call that no twin answers: the host's own 404, through the session.
+const UNMOUNTED_PATH: &str = "/.wharf-warm-up/unmounted";
+/// The body [`WarmUpOrigin`] answers with: the size of the benchmark's small object.
+const ORIGIN_BODY_BYTES: usize = 1024;
+
+/// The calls of a warm-up and the service twins that answer them.
+pub struct WarmUp {
+    services: ServiceSet,
+    /// Sequences of calls (path and query): each in order, the sequences side by side.
+    chains: Vec<Vec<String>>,
+}
+
+impl Default for WarmUp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WarmUp {
+    /// A warm-up with no twins yet. Run as it is, it makes one call that no service
+    /// answers (the host's 404), so the session, the parser and the writer run once.
+    pub fn new() -> Self {
+        Self {
+            services: ServiceSet::new(Arc::new(Metrics::new()), Arc::new(Inflight::default())),
+            chains: Vec::new(),
+        }
+    }
+
+    /// The warm-up's own counters: what twins built for it count with.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        self.services.metrics()
+    }
+
+    /// Mounts `twin` with the host's layers (its own bulkhead from `limits`, counters,
+    /// tracing, all the warm-up's own) and queues `chains` of calls (path and query) to it:
+    /// the calls of a chain go one after another (a cache hit after its fill), chains go
+    /// side by side, so the warm-up takes about as long as its longest chain.
+    pub fn mount<C: IntoIterator<Item = String>>(
+        &mut self,
+        name: &str,
+        mount: Mount,
+        limits: &LimitsConfig,
+        twin: HostService,
+        chains: impl IntoIterator<Item = C>,
+    ) {
+        self.services.mount(name, mount, limits, twin);
+        self.chains
+            .extend(chains.into_iter().map(|chain| chain.into_iter().collect()));
+    }
+}
+
+/// How a warm-up went. A failed call is worth a warning, never a reason not to start:
+/// the first client's call then pays for what the warm-up would have done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmUpReport {
+    /// Calls made.
+    pub calls: usize,
+    /// The calls that went wrong, with why: `"GET /path: reason"`. A twin's call is
+    /// expected to be answered 2xx, the host's own call (no twins) 404.
+    pub failed: Vec<String>,
+    /// How long the warm-up took.
+    pub elapsed: Duration,
+}
+
+/// Runs `warm`'s chains of calls side by side, each call on a new loopback connection
+/// served by a private session (the same code as an accepted TCP connection's) over the
+/// warm-up's registry.
+pub(crate) async fn run(
+    warm: WarmUp,
+    server: &ServerConfig,
+    limits: SessionLimits,
+) -> WarmUpReport {
+    let started = Instant::now();
+    let WarmUp {
+        services,
+        mut chains,
+    } = warm;
+    if chains.is_empty() {
+        chains.push(vec![UNMOUNTED_PATH.to_owned()]);
+    }
+    let sessions = Sessions::new(services.metrics().sessions(chains.len()));
+    // Kept until the end: a dropped sender would read as "stop" to the sessions.
+    let (_keep_serving, stop) = watch::channel(false);
+    let parts = SessionParts {
+        h2: Arc::new(h2_builder(server)),
+        dispatcher: Arc::new(Dispatcher {
+            registry: Arc::new(RwLock::new(Arc::new(services.into_registry()))),
+            max_header_bytes: server.max_header_bytes,
+        }),
+        stop,
+        limits,
+    };
+    let slots = Arc::new(Semaphore::new(chains.len()));
+    let calls = chains.iter().map(Vec::len).sum();
+    let failed = match TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await {
+        Ok(listener) => {
+            let chains = chains
+                .iter()
+                .map(|chain| run_chain(chain, &listener, &parts, &sessions, &slots));
+            futures_util::future::join_all(chains)
+                .await
+                .into_iter()
+                .flatten()
+                .collect()
+        }
+        Err(error) => vec![format!("cannot listen on 127.0.0.1: {error}")],
+    };
+    WarmUpReport {
+        calls,
+        failed,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// The calls of one chain, in order; returns what went wrong.
+async fn run_chain(
+    chain: &[String],
+    listener: &TcpListener,
+    parts: &SessionParts,
+    sessions: &Arc<Sessions>,
+    slots: &Arc<Semaphore>,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    for path in chain {
+        let call = one_call(listener, parts, sessions, slots, path);
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(status)) if expected(path, status) => {}
+            Ok(Ok(status)) => failed.push(format!("GET {path}: status {status}")),
+            Ok(Err(error)) => failed.push(format!("GET {path}: {error}")),
+            Err(_elapsed) => failed.push(format!("GET {path}: no response after {CALL_TIMEOUT:?}")),
+        }
+    }
+    failed
+}
+
+/// One call on a new loopback connection: its server side is handed to a session as an
+/// accepted connection would be; returns the response's status.
+async fn one_call(
+    listener: &TcpListener,
+    parts: &SessionParts,
+    sessions: &Arc<Sessions>,
+    slots: &Arc<Semaphore>,
+    path: &str,
+) -> std::io::Result<u16> {
+    let (mut client, server, peer) = connected_pair(listener).await?;
+    let slot = slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(std::io::Error::other)?;
+    spawn_plain(parts.clone(), server, Some(peer), (sessions.opened(), slot));
+    let request =
+        format!("GET {path} HTTP/1.1\r\nhost: wharf-warm-up\r\nconnection: close\r\n\r\n");
+    client.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    client.read_to_end(&mut response).await?;
+    status_of(&response).ok_or_else(|| {
+        let start = String::from_utf8_lossy(&response[..response.len().min(40)]).into_owned();
+        std::io::Error::other(format!("no HTTP/1.1 status line in {start:?}"))
+    })
+}
+
+/// A connected pair of TCP streams through `listener`: (client side, server side, client
+/// address).
+async fn connected_pair(
+    listener: &TcpListener,
+) -> std::io::Result<(TcpStream, TcpStream, SocketAddr)> {
+    let addr = listener.local_addr()?;
+    let (client, accepted) = tokio::join!(TcpSocket::new_v4()?.connect(addr), listener.accept());
+    let (server, peer) = accepted?;
+    let client = client?;
+    client.set_nodelay(true)?;
+    server.set_nodelay(true)?;
+    Ok((client, server, peer))
+}
+
+/// Whether `status` is what a warm-up call to `path` should get.
+fn expected(path: &str, status: u16) -> bool {
+    if path == UNMOUNTED_PATH {
+        status == 404
+    } else {
+        (200..300).contains(&status)
+    }
+}
+
+/// The status code of an HTTP/1.1 response, from its first line.
+fn status_of(response: &[u8]) -> Option<u16> {
+    let rest = response.strip_prefix(b"HTTP/1.1 ")?;
+    std::str::from_utf8(rest.get(..3)?).ok()?.parse().ok()
+}
+
+/// An origin on 127.0.0.1 for service twins to call during the warm-up: it answers every
+/// request on every connection with `200 OK` and a 1 KiB body (cacheable for a minute),
+/// keeping connections open. It stops when dropped.
+pub struct WarmUpOrigin {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl WarmUpOrigin {
+    /// Binds on an ephemeral port of 127.0.0.1 and starts serving.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(answer_all(stream));
+            }
+        });
+        Ok(Self { addr, task })
+    }
+
+    /// Where it listens (`127.0.0.1:port`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for WarmUpOrigin {
+    fn drop(&mut self) {
+        // The connections' tasks end when their peers (the twins' pools) close them.
+        self.task.abort();
+    }
+}
+
+/// Answers each request head read from `stream` (requests here have no body) until the
+/// peer closes or sends something that is not a request.
+async fn answer_all(mut stream: TcpStream) {
+    let mut response = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n\
+         cache-control: max-age=60\r\ncontent-length: {ORIGIN_BODY_BYTES}\r\n\r\n"
+    )
+    .into_bytes();
+    response.resize(response.len() + ORIGIN_BODY_BYTES, b'w');
+    let mut pending = Vec::new();
+    let mut chunk = [0u8; 2048];
+    loop {
+        while let Some(end) = find_head_end(&pending) {
+            pending.drain(..end);
+            if stream.write_all(&response).await.is_err() {
+                return;
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => pending.extend_from_slice(&chunk[..read]),
+        }
+        if pending.len() > 64 * 1024 {
+            return; // not a request head: a warm-up client never sends this
+        }
+    }
+}
+
+/// The length of the first complete request head in `bytes`, blank line included.
+fn find_head_end(bytes: &[u8]) -> Option<usize> {
+    bytes
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .map(|at| at + 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(status_of(b"HTTP/1.1 200 OK\r\n"), Some(200));
+        assert_eq!(status_of(b"HTTP/1.1 404 Not Found\r\n"), Some(404));
+        assert_eq!(status_of(b"HTTP/1.0 200 OK\r\n"), None);
+        assert_eq!(status_of(b"HTTP/1.1 2"), None);
+        assert_eq!(status_of(b""), None);
+    }
+
+    #[test]
+    fn request_heads_are_found_whole() {
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\n"), Some(18));
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nhost: a\r\n"), None);
+        assert_eq!(find_head_end(b"a\r\n\r\nb\r\n\r\n"), Some(5));
+    }
+}

@@ -1,0 +1,94 @@
+//! What `wharf serve` warms up at start (seed 000; the mechanism is
+//! [`wharf_host::warm_up`]): a twin of the config's first proxy and of its first route,
+//! each fetching from a [`WarmUpOrigin`] on loopback and nothing else.
+//!
+//! One twin per service type is enough: services of one type run the same code, and what
+//! the warm-up is for is that code's first run (and the host's), not any service's state.
+//! The proxy twin is called three times, for the paths a first client call can take:
+//! pass-through, a cache fill, and a hit on what it filled. Queues have no twin (they
+//! need their broker, which a warm-up must not write to).
+
+use url::Url;
+use wharf_config::{Config, ServiceKind};
+use wharf_host::{Mount, WarmUp, WarmUpOrigin};
+use wharf_proxy::ProxyService;
+use wharf_route::RouteService;
+
+/// Cache duration of the proxy twin's fill and hit calls, in seconds (any non-zero value).
+const TWIN_CACHE_SECONDS: u32 = 60;
+
+/// The warm-up for `config`, and the origin its twins fetch from (keep it until the
+/// warm-up has run; dropping it stops it). Without an origin (binding 127.0.0.1 failed)
+/// the warm-up has no twins, only the host's own call.
+pub async fn plan(config: &Config) -> (WarmUp, Option<WarmUpOrigin>) {
+    let mut warm = WarmUp::new();
+    let origin = match WarmUpOrigin::start().await {
+        Ok(origin) => origin,
+        Err(error) => {
+            tracing::debug!(error = %error, "no warm-up origin; services are not warmed up");
+            return (warm, None);
+        }
+    };
+    let origin_url = format!("http://{}", origin.addr());
+    if let Some((service, proxy)) = config
+        .services
+        .iter()
+        .find_map(|service| match &service.kind {
+            ServiceKind::Proxy(proxy) => Some((service, proxy)),
+            _ => None,
+        })
+    {
+        let mut twin = proxy.clone();
+        twin.allow_private_networks = true;
+        twin.allow_hosts = vec![origin.addr().to_string()];
+        twin.shared_cache = None;
+        let built = ProxyService::with_shared_tier("warm-up", &twin, warm.metrics(), None);
+        let target = format!("{}?url={origin_url}/warm-up&cacheDuration=", proxy.path);
+        let call = |ttl: u32| format!("{target}{ttl}");
+        // Pass-through beside fill-then-hit.
+        let chains = [
+            vec![call(0)],
+            vec![call(TWIN_CACHE_SECONDS), call(TWIN_CACHE_SECONDS)],
+        ];
+        warm.mount(
+            "warm-up-proxy",
+            Mount::Exact(proxy.path.clone()),
+            &service.limits,
+            built.into_host_service(),
+            chains,
+        );
+    }
+    if let Some((service, route)) = config
+        .services
+        .iter()
+        .find_map(|service| match &service.kind {
+            ServiceKind::Route(route) => Some((service, route)),
+            _ => None,
+        })
+    {
+        let mut twin = route.clone();
+        twin.methods.clear();
+        twin.match_headers.clear();
+        match Url::parse(&origin_url) {
+            Ok(backend) => twin.backends = vec![backend],
+            Err(error) => {
+                tracing::debug!(error = %error, "no warm-up route: bad origin url");
+                return (warm, Some(origin));
+            }
+        }
+        match RouteService::new("warm-up", &twin, warm.metrics()) {
+            Ok(built) => {
+                let path = format!("{}/warm-up", route.path_prefix.trim_end_matches('/'));
+                warm.mount(
+                    "warm-up-route",
+                    Mount::Prefix(route.path_prefix.clone()),
+                    &service.limits,
+                    built.into_host_service(),
+                    [[path]],
+                );
+            }
+            Err(error) => tracing::debug!(error = %error, "no warm-up route"),
+        }
+    }
+    (warm, Some(origin))
+}

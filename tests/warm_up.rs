@@ -1,0 +1,123 @@
+//! The start-up warm-up (seed 000): twins of the services answer it, the services clients
+//! call never see it, and `wharf serve` times it as a start-up phase.
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use wharf_config::Config;
+use wharf_host::{handler, HostBuilder, Mount, ResponseBody, WarmUp};
+
+use crate::support::*;
+
+fn config(toml: &str) -> Config {
+    let text =
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{toml}");
+    Config::from_toml_str(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A proxy with the embedded default's safe settings (no private networks: the warm-up
+/// must not depend on what the real service may reach) and a route whose backend does not
+/// exist and whose methods and header conditions a warm-up GET would not meet.
+const PROXY_AND_ROUTE: &str = r#"
+[services.proxy]
+type = "proxy"
+path = "/proxy"
+
+[services.orders]
+type = "route"
+path_prefix = "/orders"
+backends = ["http://192.0.2.1:9"]
+methods = ["POST"]
+match_headers = { "x-tenant" = "acme" }
+set_headers = { "x-via" = "wharf" }
+"#;
+
+#[tokio::test]
+async fn every_service_type_is_warmed_up_through_a_twin_and_leaves_no_trace() {
+    let config = config(PROXY_AND_ROUTE);
+    let (builder, _) = wharf::assemble(&config).unwrap();
+    let (plan, origin) = wharf::warm_up::plan(&config).await;
+    assert!(origin.is_some(), "the warm-up origin binds on 127.0.0.1");
+    let report = builder.warm_up(plan).await;
+    drop(origin);
+    // Pass-through, fill and hit through the proxy twin, one forward through the route's.
+    assert_eq!(report.calls, 4, "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
+
+    let wharf = spawn_host(builder).await;
+    let metrics =
+        String::from_utf8(get(&wharf.admin_url("/metrics")).await.bytes().to_vec()).unwrap();
+    assert!(
+        !metrics.contains("warm-up"),
+        "warm-up series on /metrics:\n{metrics}"
+    );
+    for line in metrics.lines().filter(|line| {
+        line.starts_with("wharf_calls_total{")
+            || line.starts_with("wharf_cache_bytes{")
+            || line.starts_with("wharf_upstream_requests_total{")
+    }) {
+        let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert_eq!(value, 0.0, "the warm-up was counted: {line}");
+    }
+    let inflight = get(&wharf.admin_url("/debug/inflight")).await.json();
+    assert_eq!(inflight.as_array().map(Vec::len), Some(0), "{inflight}");
+    // The real proxy still refuses what its twin was allowed to reach.
+    let refused = get(&wharf.url("/proxy?url=http://127.0.0.1:1/&cacheDuration=0")).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    wharf.stop().await;
+}
+
+#[tokio::test]
+async fn without_twins_the_host_warms_its_own_404_up() {
+    let builder = HostBuilder::new(config("").server);
+    let report = builder.warm_up(WarmUp::new()).await;
+    assert_eq!(report.calls, 1, "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
+}
+
+#[tokio::test]
+async fn a_twin_answering_an_error_is_reported_by_path_and_status() {
+    let config = config(PROXY_AND_ROUTE);
+    let limits = config.services[0].limits.clone();
+    let builder = HostBuilder::new(config.server);
+    let mut warm = WarmUp::new();
+    let broken = handler(|_request| async {
+        let mut response = Response::new(ResponseBody::full(Bytes::from_static(b"no")));
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        response
+    });
+    warm.mount(
+        "broken",
+        Mount::Exact("/broken".into()),
+        &limits,
+        broken,
+        [["/broken".to_owned()]],
+    );
+    let report = builder.warm_up(warm).await;
+    assert_eq!(report.failed, ["GET /broken: status 500"], "{report:?}");
+}
+
+#[tokio::test]
+async fn serve_times_the_warm_up_as_a_start_up_phase() {
+    let dir = std::env::temp_dir().join(format!("wharf-warm-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wharf.toml");
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n",
+    )
+    .unwrap();
+    let wharf = WharfProcess::start(&path);
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    assert!(status.success(), "{logs}");
+    let listening = logs
+        .lines()
+        .find(|line| line.contains("wharf listening"))
+        .unwrap();
+    let event: serde_json::Value = serde_json::from_str(listening).unwrap();
+    let warm_up_ms = event["fields"]["warm_up_ms"].as_f64();
+    assert!(warm_up_ms.is_some_and(|ms| ms > 0.0), "{listening}");
+    assert!(!logs.contains("start-up warm-up: calls failed"), "{logs}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
