@@ -9,7 +9,7 @@
 //! need their broker, which a warm-up must not write to).
 
 use url::Url;
-use wharf_config::{Config, ServiceKind};
+use wharf_config::{Config, ServiceConfig, ServiceKind};
 use wharf_host::{Mount, WarmUp, WarmUpOrigin};
 use wharf_proxy::ProxyService;
 use wharf_route::RouteService;
@@ -30,14 +30,11 @@ pub async fn plan(config: &Config) -> (WarmUp, Option<WarmUpOrigin>) {
         }
     };
     let origin_url = format!("http://{}", origin.addr());
-    if let Some((service, proxy)) = config
-        .services
-        .iter()
-        .find_map(|service| match &service.kind {
-            ServiceKind::Proxy(proxy) => Some((service, proxy)),
-            _ => None,
-        })
-    {
+    let proxy = first_of(config, |kind| match kind {
+        ServiceKind::Proxy(proxy) => Some(proxy),
+        _ => None,
+    });
+    if let Some((service, proxy)) = proxy {
         let mut twin = proxy.clone();
         twin.allow_private_networks = true;
         twin.allow_hosts = vec![origin.addr().to_string()];
@@ -58,14 +55,11 @@ pub async fn plan(config: &Config) -> (WarmUp, Option<WarmUpOrigin>) {
             chains,
         );
     }
-    if let Some((service, route)) = config
-        .services
-        .iter()
-        .find_map(|service| match &service.kind {
-            ServiceKind::Route(route) => Some((service, route)),
-            _ => None,
-        })
-    {
+    let route = first_of(config, |kind| match kind {
+        ServiceKind::Route(route) => Some(route),
+        _ => None,
+    });
+    if let Some((service, route)) = route {
         let mut twin = route.clone();
         twin.methods.clear();
         twin.match_headers.clear();
@@ -91,4 +85,15 @@ pub async fn plan(config: &Config) -> (WarmUp, Option<WarmUpOrigin>) {
         }
     }
     (warm, Some(origin))
+}
+
+/// The first service of `config` whose type `pick` takes, with its type's table.
+fn first_of<'a, T>(
+    config: &'a Config,
+    pick: impl Fn(&'a ServiceKind) -> Option<&'a T>,
+) -> Option<(&'a ServiceConfig, &'a T)> {
+    config
+        .services
+        .iter()
+        .find_map(|service| pick(&service.kind).map(|table| (service, table)))
 }
