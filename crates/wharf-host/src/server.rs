@@ -13,7 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_metrics::{Metrics, SessionMetrics};
 
@@ -425,8 +425,11 @@ impl Acceptor {
         let parts = self.parts.clone();
         match accepted {
             Accepted::Tcp(stream, peer) => {
+                // Linux gives accepted sockets the listener's TCP_NODELAY (set in bind_tcp):
+                // one system call less per connection (issue 4's burst).
+                #[cfg(not(target_os = "linux"))]
                 if let Err(error) = stream.set_nodelay(true) {
-                    debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
+                    tracing::debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
                 }
                 match &self.tls {
                     Some(tls) => spawn_tls(parts, tls.clone(), stream, peer, held),
@@ -471,7 +474,9 @@ async fn accept_unix(unix: Option<&(UnixListener, PathBuf)>) -> std::io::Result<
 }
 
 /// Binds a TCP listener with `backlog` pending connections (SO_REUSEADDR,
-/// so a restart does not wait for TIME_WAIT sockets).
+/// so a restart does not wait for TIME_WAIT sockets), with TCP_NODELAY, which Linux
+/// passes on to every accepted socket (responses are written whole; Nagle's algorithm
+/// would only hold their last segment back).
 fn bind_tcp(role: &'static str, addr: SocketAddr, backlog: u32) -> Result<TcpListener, HostError> {
     let error = |source| HostError::Bind { role, addr, source };
     let socket = if addr.is_ipv4() {
@@ -481,6 +486,7 @@ fn bind_tcp(role: &'static str, addr: SocketAddr, backlog: u32) -> Result<TcpLis
     }
     .map_err(error)?;
     socket.set_reuseaddr(true).map_err(error)?;
+    socket.set_nodelay(true).map_err(error)?;
     socket.bind(addr).map_err(error)?;
     socket.listen(backlog).map_err(error)
 }
@@ -500,4 +506,22 @@ fn bind_unix(path: PathBuf) -> Result<(UnixListener, PathBuf), HostError> {
     }
     let listener = UnixListener::bind(&path).map_err(error)?;
     Ok((listener, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The accept loop relies on this instead of setting TCP_NODELAY per connection.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn accepted_sockets_inherit_the_listeners_nodelay() {
+        let listener = bind_tcp("service", "127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connect = TcpSocket::new_v4().unwrap().connect(addr);
+        let (client, accepted) = tokio::join!(connect, listener.accept());
+        let _client = client.unwrap();
+        let (server_side, _) = accepted.unwrap();
+        assert!(server_side.nodelay().unwrap());
+    }
 }
