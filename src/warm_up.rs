@@ -40,6 +40,10 @@ pub async fn plan(config: &Config) -> (WarmUp, Option<WarmUpOrigin>) {
         twin.allow_hosts = vec![origin.addr().to_string()];
         twin.shared_cache = None;
         let built = ProxyService::with_shared_tier("warm-up", &twin, warm.metrics(), None);
+        // The twin's own bulkhead runs the same code whatever its size; it must not turn
+        // the two chains away from each other (a service of one call at a time, no queue).
+        let mut limits = service.limits.clone();
+        limits.max_concurrent_calls = limits.max_concurrent_calls.max(2);
         let target = format!("{}?url={origin_url}/warm-up&cacheDuration=", proxy.path);
         let call = |ttl: u32| format!("{target}{ttl}");
         // Pass-through beside fill-then-hit.
@@ -50,7 +54,7 @@ pub async fn plan(config: &Config) -> (WarmUp, Option<WarmUpOrigin>) {
         warm.mount(
             "warm-up-proxy",
             Mount::Exact(proxy.path.clone()),
-            &service.limits,
+            &limits,
             built.into_host_service(),
             chains,
         );

@@ -15,12 +15,15 @@ fn config(toml: &str) -> Config {
 }
 
 /// A proxy with the embedded default's safe settings (no private networks: the warm-up
-/// must not depend on what the real service may reach) and a route whose backend does not
-/// exist and whose methods and header conditions a warm-up GET would not meet.
+/// must not depend on what the real service may reach) and room for one call at a time,
+/// and a route whose backend does not exist and whose methods and header conditions a
+/// warm-up GET would not meet.
 const PROXY_AND_ROUTE: &str = r#"
 [services.proxy]
 type = "proxy"
 path = "/proxy"
+max_concurrent_calls = 1
+max_queued_calls = 0
 
 [services.orders]
 type = "route"
