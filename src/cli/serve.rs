@@ -125,7 +125,10 @@ async fn warm_up(host: &wharf_host::HostBuilder, config: &Config) -> Duration {
     let report = host.warm_up(plan).await;
     drop(origin);
     if !report.failed.is_empty() {
-        tracing::warn!(failed = ?report.failed, "start-up warm-up: calls failed; the first calls pay for it");
+        tracing::warn!(
+            failed = ?report.failed,
+            "start-up warm-up: calls failed; the first calls pay for it"
+        );
     }
     tracing::debug!(calls = report.calls, "start-up warm-up done");
     report.elapsed

@@ -5,14 +5,15 @@
 //! here), the first run of the session, parser, dispatch, the host's layers and the
 //! services' own code, and each thread's first buffers.
 //!
-//! The warm-up never reaches the services clients call: each service kind offers a twin
-//! of itself (the proxy, for instance, built to fetch from a [`WarmUpOrigin`] and nothing
-//! else), mounted in a registry of the warm-up's own with its own counters, so nothing of
-//! it shows on `/metrics` or `/debug/inflight`. The one trace it leaves is real: the read
-//! buffer its session used stays as a spare (`wharf_read_buffers_total`).
+//! The warm-up never reaches the services clients call: it calls twins of them (built by
+//! whoever builds the services, e.g. `wharf::warm_up`: a proxy that may fetch from a
+//! [`WarmUpOrigin`] and nothing else), mounted in a registry of the warm-up's own with
+//! its own counters, so nothing of it shows on `/metrics` or `/debug/inflight`. The one
+//! trace it leaves is real: the read buffers its sessions used stay as spares
+//! (`wharf_read_buffers_total`).
 //!
 //! Main types: [`WarmUp`] (what to call), [`WarmUpOrigin`] (an origin for twins to fetch
-//! from), [`WarmUpReport`] (what happened); [`crate::HostBuilder::warm_up`] runs it, before the listeners are bound.
+//! from), [`WarmUpReport`] (what happened); [`crate::HostBuilder::warm_up`] runs it.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
