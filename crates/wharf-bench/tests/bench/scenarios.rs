@@ -99,7 +99,15 @@ async fn burst_of_50_is_served_whole() {
     assert_eq!(class(t, "calls").errors.total, 0);
     assert_eq!(metric(t, "served").value, Some(50.0));
     assert_eq!(metric(t, "all_served").value, Some(1.0));
-    assert!(metric(t, "makespan_ms").value.unwrap() > 0.0);
+    let makespan = metric(t, "makespan_ms").value.unwrap();
+    assert!(makespan > 0.0);
+    // Counted from the signal, the last call ends at the makespan; the last start is before.
+    let from_signal = metric(t, "p99_from_signal_ms").value.unwrap();
+    assert!(
+        from_signal > 0.0 && from_signal <= makespan,
+        "{from_signal} vs {makespan}"
+    );
+    assert!(metric(t, "last_start_ms").value.unwrap() < makespan);
     assert_eq!(tb.hits("/fast"), 50);
 }
 
