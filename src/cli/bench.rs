@@ -117,9 +117,9 @@ pub(crate) enum ScenarioArgs {
     /// The first call after idle gaps vs warm calls, on the same keep-alive connection and on
     /// a new one (seed 001).
     ///
-    /// Each gap is waited twice per round (once per kind of call; once with
-    /// --new-connection-only), so a round lasts about twice the sum of the gaps. Reports each call's time and its ratio to the warm median
-    /// (about 1 is right).
+    /// Each gap is waited twice per round, once per kind of call (once with
+    /// --new-connection-only), so a round lasts about twice the sum of the gaps. Reports each
+    /// call's time and its ratio to the warm median (about 1 is right).
     Idle {
         /// The URL to call.
         #[arg(long)]

@@ -7,13 +7,13 @@
 //!
 //! The warm-up never reaches the services clients call: it calls twins of them (built by
 //! whoever builds the services, e.g. `wharf::warm_up`: a proxy that may fetch from a
-//! [`WarmUpOrigin`] and nothing else), mounted in a registry of the warm-up's own with
+//! testbed of its own on loopback and nothing else), mounted in a registry of the warm-up's own with
 //! its own counters, so nothing of it shows on `/metrics` or `/debug/inflight`. The one
 //! trace it leaves is real: the read buffers its sessions used stay as spares
 //! (`wharf_read_buffers_total`).
 //!
-//! Main types: [`WarmUp`] (what to call), [`WarmUpOrigin`] (an origin for twins to fetch
-//! from), [`WarmUpReport`] (what happened); [`crate::HostBuilder::warm_up`] runs it.
+//! Main types: [`WarmUp`] (what to call), [`WarmUpReport`] (what happened);
+//! [`crate::HostBuilder::warm_up`] runs it.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinHandle;
 use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_metrics::Metrics;
 
@@ -39,8 +38,6 @@ use crate::services::ServiceSet;
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The path of the call that no twin answers: the host's own 404, through the session.
 const UNMOUNTED_PATH: &str = "/.wharf-warm-up/unmounted";
-/// The body [`WarmUpOrigin`] answers with: the size of the benchmark's small object.
-const ORIGIN_BODY_BYTES: usize = 1024;
 
 /// The calls of a warm-up and the service twins that answer them.
 pub struct WarmUp {
@@ -73,7 +70,10 @@ impl WarmUp {
     /// Mounts `twin` with the host's layers (its own bulkhead from `limits`, counters,
     /// tracing, all the warm-up's own) and queues `chains` of calls (path and query) to it:
     /// the calls of a chain go one after another (a cache hit after its fill), chains go
-    /// side by side, so the warm-up takes about as long as its longest chain.
+    /// side by side, so the warm-up takes about as long as its longest chain. The twin's
+    /// bulkhead gets room for at least one call per chain: the same code runs whatever its
+    /// size, and a service configured for one call at a time must not turn the warm-up's
+    /// own chains away from each other.
     pub fn mount<C: IntoIterator<Item = String>>(
         &mut self,
         name: &str,
@@ -82,9 +82,14 @@ impl WarmUp {
         twin: HostService,
         chains: impl IntoIterator<Item = C>,
     ) {
-        self.services.mount(name, mount, limits, twin);
-        self.chains
-            .extend(chains.into_iter().map(|chain| chain.into_iter().collect()));
+        let chains: Vec<Vec<String>> = chains
+            .into_iter()
+            .map(|chain| chain.into_iter().collect())
+            .collect();
+        let mut limits = limits.clone();
+        limits.max_concurrent_calls = limits.max_concurrent_calls.max(chains.len());
+        self.services.mount(name, mount, &limits, twin);
+        self.chains.extend(chains);
     }
 }
 
@@ -228,76 +233,6 @@ fn status_of(response: &[u8]) -> Option<u16> {
     std::str::from_utf8(rest.get(..3)?).ok()?.parse().ok()
 }
 
-/// An origin on 127.0.0.1 for service twins to call during the warm-up: it answers every
-/// request on every connection with `200 OK` and a 1 KiB body (cacheable for a minute),
-/// keeping connections open. It stops when dropped.
-pub struct WarmUpOrigin {
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl WarmUpOrigin {
-    /// Binds on an ephemeral port of 127.0.0.1 and starts serving.
-    pub async fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-        let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(answer_all(stream));
-            }
-        });
-        Ok(Self { addr, task })
-    }
-
-    /// Where it listens (`127.0.0.1:port`).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for WarmUpOrigin {
-    fn drop(&mut self) {
-        // The connections' tasks end when their peers (the twins' pools) close them.
-        self.task.abort();
-    }
-}
-
-/// Answers each request head read from `stream` (requests here have no body) until the
-/// peer closes or sends something that is not a request.
-async fn answer_all(mut stream: TcpStream) {
-    let mut response = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n\
-         cache-control: max-age=60\r\ncontent-length: {ORIGIN_BODY_BYTES}\r\n\r\n"
-    )
-    .into_bytes();
-    response.resize(response.len() + ORIGIN_BODY_BYTES, b'w');
-    let mut pending = Vec::new();
-    let mut chunk = [0u8; 2048];
-    loop {
-        while let Some(end) = find_head_end(&pending) {
-            pending.drain(..end);
-            if stream.write_all(&response).await.is_err() {
-                return;
-            }
-        }
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(read) => pending.extend_from_slice(&chunk[..read]),
-        }
-        if pending.len() > 64 * 1024 {
-            return; // not a request head: a warm-up client never sends this
-        }
-    }
-}
-
-/// The length of the first complete request head in `bytes`, blank line included.
-fn find_head_end(bytes: &[u8]) -> Option<usize> {
-    bytes
-        .windows(4)
-        .position(|window| window == b"\r\n\r\n")
-        .map(|at| at + 4)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,12 +244,5 @@ mod tests {
         assert_eq!(status_of(b"HTTP/1.0 200 OK\r\n"), None);
         assert_eq!(status_of(b"HTTP/1.1 2"), None);
         assert_eq!(status_of(b""), None);
-    }
-
-    #[test]
-    fn request_heads_are_found_whole() {
-        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\n"), Some(18));
-        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nhost: a\r\n"), None);
-        assert_eq!(find_head_end(b"a\r\n\r\nb\r\n\r\n"), Some(5));
     }
 }
