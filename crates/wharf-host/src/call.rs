@@ -7,11 +7,11 @@
 //! phase names are a stable catalogue (docs/tracing.md), like the ETW event
 //! names seeds 003 and 004 relied on.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use foldhash::HashMap;
 use serde::Serialize;
 
 /// The client's address, in every request's extensions (for

@@ -1,7 +1,7 @@
 //! Which service a request goes to: exact paths first, then the longest
 //! prefix that matches on whole path segments.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use crate::service::HostService;
 

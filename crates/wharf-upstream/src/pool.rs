@@ -18,10 +18,10 @@
 //! of each opening its own; calls behind slow ones that hold their connections wait at most
 //! `max_connect_wait`.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use foldhash::HashMap;
 use tokio::sync::Notify;
 
 use crate::connection::Connection;
