@@ -50,6 +50,8 @@ pub(crate) struct WharfProcess {
     child: std::process::Child,
     /// The service listener's address, read from the "wharf listening" log line.
     pub(crate) addr: String,
+    /// The admin listener's address, from the same line.
+    pub(crate) admin: String,
     logs: std::thread::JoinHandle<Vec<String>>,
 }
 
@@ -73,18 +75,24 @@ impl WharfProcess {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
                     if event["fields"]["message"] == "wharf listening" {
-                        let addr = event["fields"]["addr"].as_str().unwrap_or("").to_owned();
-                        let _ = addr_tx.send(addr);
+                        let field =
+                            |name: &str| event["fields"][name].as_str().unwrap_or("").to_owned();
+                        let _ = addr_tx.send((field("addr"), field("admin")));
                     }
                 }
                 lines.push(line);
             }
             lines
         });
-        let addr = addr_rx
+        let (addr, admin) = addr_rx
             .recv_timeout(std::time::Duration::from_secs(20))
             .expect("wharf logs its address");
-        WharfProcess { child, addr, logs }
+        WharfProcess {
+            child,
+            addr,
+            admin,
+            logs,
+        }
     }
 
     /// `http://ADDR` + `path`.
