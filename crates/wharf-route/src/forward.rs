@@ -215,6 +215,9 @@ impl Route {
                     let lease = Lease {
                         backend: backend.clone(),
                     };
+                    // The head went out: its map (grown by the rewrite) serves the next
+                    // head parsed on this thread instead of a new one growing again.
+                    wharf_host::recycle_header_map(std::mem::take(&mut parts.headers));
                     return Ok(self.relay(response, lease));
                 }
                 Ok(Err(error)) => {
