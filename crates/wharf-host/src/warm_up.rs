@@ -119,9 +119,13 @@ pub(crate) async fn run(
         services,
         mut chains,
     } = warm;
-    if chains.is_empty() {
+    // Without twins, the one call is the host's own 404; else every call wants a 2xx.
+    let answer = if chains.is_empty() {
         chains.push(vec![UNMOUNTED_PATH.to_owned()]);
-    }
+        Answer::NotFound
+    } else {
+        Answer::Success
+    };
     let sessions = Sessions::new(services.metrics().sessions(chains.len()));
     // Kept until the end: a dropped sender would read as "stop" to the sessions.
     let (_keep_serving, stop) = watch::channel(false);
@@ -140,7 +144,7 @@ pub(crate) async fn run(
         Ok(listener) => {
             let chains = chains
                 .iter()
-                .map(|chain| run_chain(chain, &listener, &parts, &sessions, &slots));
+                .map(|chain| run_chain(chain, answer, &listener, &parts, &sessions, &slots));
             futures_util::future::join_all(chains)
                 .await
                 .into_iter()
@@ -156,9 +160,28 @@ pub(crate) async fn run(
     }
 }
 
+/// The status a warm-up call should get.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// A twin's: any 2xx.
+    Success,
+    /// The host's own, when no twin is mounted.
+    NotFound,
+}
+
+impl Answer {
+    fn accepts(self, status: u16) -> bool {
+        match self {
+            Answer::Success => (200..300).contains(&status),
+            Answer::NotFound => status == 404,
+        }
+    }
+}
+
 /// The calls of one chain, in order; returns what went wrong.
 async fn run_chain(
     chain: &[String],
+    answer: Answer,
     listener: &TcpListener,
     parts: &SessionParts,
     sessions: &Arc<Sessions>,
@@ -168,7 +191,7 @@ async fn run_chain(
     for path in chain {
         let call = one_call(listener, parts, sessions, slots, path);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
-            Ok(Ok(status)) if expected(path, status) => {}
+            Ok(Ok(status)) if answer.accepts(status) => {}
             Ok(Ok(status)) => failed.push(format!("GET {path}: status {status}")),
             Ok(Err(error)) => failed.push(format!("GET {path}: {error}")),
             Err(_elapsed) => failed.push(format!("GET {path}: no response after {CALL_TIMEOUT:?}")),
@@ -216,15 +239,6 @@ async fn connected_pair(
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
     Ok((client, server, peer))
-}
-
-/// Whether `status` is what a warm-up call to `path` should get.
-fn expected(path: &str, status: u16) -> bool {
-    if path == UNMOUNTED_PATH {
-        status == 404
-    } else {
-        (200..300).contains(&status)
-    }
 }
 
 /// The status code of an HTTP/1.1 response, from its first line.
