@@ -551,7 +551,7 @@ w("""## How to read this
 
 - **Only ratios mean anything.** The load generator (`wharf bench`), the gateways and the
   testbed share this machine's 2 cores. Targets of one table were measured in one
-  `wharf bench` run, interleaved (round 1: A, B, C, …; round 2: A, B, C, …), so slow drifts
+  `wharf bench` run, interleaved (round 1: A, B, C; round 2: C, B, A; round 3: A, B, C; …), so slow drifts
   of the machine hit them alike. Absolute figures say as much about the machine and the client
   as about the gateway; compare rows within a table, not with other machines or runs.
 - **The same work for each gateway.** Cache hits: wharf `/proxy?url=…&cacheDuration=600`,

@@ -2,9 +2,10 @@
 //! target, several targets compared side by side.
 //!
 //! A run is a [`Bench`]: one [`Scenario`] with its settings, one or more [`Target`]s and a
-//! number of rounds. [`run`] resolves every target first, then runs the rounds interleaved
-//! (round 1: A, B, …; round 2: A, B, …) so that slow drifts of the machine hit every target
-//! alike, and returns a [`Report`]: medians over rounds, ratios to the first target, the
+//! number of rounds. [`run`] resolves every target first, then runs the rounds interleaved,
+//! every other round in reverse order (round 1: A, B, C; round 2: C, B, A; round 3: A, B, C;
+//! …) so that slow drifts of the machine hit every target alike, and no target always runs
+//! right after the same one, and returns a [`Report`]: medians over rounds, ratios to the first target, the
 //! client's own CPU load, notes. [`report::table`], [`report::json`] and [`report::html`]
 //! render it.
 //!
@@ -151,6 +152,17 @@ pub fn join_command(words: &[String]) -> String {
     shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
 }
 
+/// The order in which round `round` (from 1) measures `targets` targets: as given in odd
+/// rounds, reversed in even ones, so that a drift within a round, or the wake of the
+/// previous target's load, does not always fall on the same target.
+fn round_order(round: u32, targets: usize) -> Vec<usize> {
+    if round % 2 == 1 {
+        (0..targets).collect()
+    } else {
+        (0..targets).rev().collect()
+    }
+}
+
 /// A benchmark run: scenario, targets, rounds.
 #[derive(Debug, Clone)]
 pub struct Bench {
@@ -235,7 +247,8 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
         })
         .collect();
     for round in 1..=bench.rounds {
-        for (target, out) in prepared.iter().zip(&mut collected) {
+        for index in round_order(round, prepared.len()) {
+            let (target, out) = (&prepared[index], &mut collected[index]);
             ctx.progress.message(format!(
                 "{} round {round}/{} · {}",
                 bench.scenario.name(),
@@ -332,6 +345,14 @@ fn client_notes(client: &ClientLoad, targets: &[TargetRounds]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_other_round_measures_the_targets_in_reverse() {
+        assert_eq!(round_order(1, 3), [0, 1, 2]);
+        assert_eq!(round_order(2, 3), [2, 1, 0]);
+        assert_eq!(round_order(3, 3), [0, 1, 2]);
+        assert_eq!(round_order(4, 1), [0]);
+    }
 
     #[test]
     fn target_specs() {
