@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
+use crate::sealed::{SealedFile, SEALED_FROM};
+
 /// The status and the headers of a response, as they will be relayed.
 #[derive(Debug, Clone)]
 pub struct ResponseHead {
@@ -18,13 +20,33 @@ pub struct ResponseHead {
 /// Bodies up to this size are stored compacted in one buffer.
 pub const COMPACT_UP_TO: u64 = 256 * 1024;
 
+/// Where a stored body's bytes are.
+#[derive(Debug, Clone)]
+pub enum StoredBody {
+    /// In memory: one exact-size chunk up to [`COMPACT_UP_TO`], else the origin's chunks.
+    Chunks(Arc<[Bytes]>),
+    /// In a sealed in-memory file (from [`SEALED_FROM`] up to [`COMPACT_UP_TO`], while
+    /// files are available), which a socket is handed without a copy.
+    File(Arc<SealedFile>),
+}
+
+impl StoredBody {
+    /// The body as chunks: the stored ones, or the file's bytes read into one.
+    pub fn chunks(&self) -> std::io::Result<Arc<[Bytes]>> {
+        match self {
+            StoredBody::Chunks(chunks) => Ok(chunks.clone()),
+            StoredBody::File(file) => Ok(vec![file.read_all()?].into()),
+        }
+    }
+}
+
 /// A complete response body that arrived intact, with its freshness.
 #[derive(Debug)]
 pub struct CachedResponse {
     /// Status and relayed headers.
     pub head: Arc<ResponseHead>,
-    /// The body: one exact-size chunk up to [`COMPACT_UP_TO`], else the origin's chunks.
-    pub body: Arc<[Bytes]>,
+    /// The body's bytes.
+    pub body: StoredBody,
     /// Sum of the chunks' lengths.
     pub body_len: u64,
     /// When the body was complete.
@@ -42,22 +64,29 @@ impl CachedResponse {
     /// Everything read from a socket is a slice of a larger read buffer, and
     /// keeping the slice pins the whole buffer, so the cache would hold far
     /// more memory than the bytes it counts. Hence the entry owns its bytes:
-    /// the header values are copied (see `owned_head`), and a small body
-    /// is copied into one buffer of exactly its length. A large body keeps
+    /// the header values are copied (see `owned_head`), and a body up to
+    /// [`COMPACT_UP_TO`] is copied into a sealed file (from [`SEALED_FROM`],
+    /// see `sealed`) or one buffer of exactly its length. A larger body keeps
     /// its chunks (they fill their buffers, and a copy would double the peak
     /// memory of a fill that readers still hold).
     pub fn new(head: Arc<ResponseHead>, body: Vec<Bytes>, now: Instant, ttl: Duration) -> Self {
         let head = owned_head(&head);
         let body_len: u64 = body.iter().map(|c| c.len() as u64).sum();
-        let body: Arc<[Bytes]> = if body_len <= COMPACT_UP_TO {
+        let sealed = (SEALED_FROM..=COMPACT_UP_TO)
+            .contains(&body_len)
+            .then(|| SealedFile::create(&body, body_len))
+            .flatten();
+        let body = if let Some(sealed) = sealed {
+            StoredBody::File(Arc::new(sealed))
+        } else if body_len <= COMPACT_UP_TO {
             let mut compact =
                 bytes::BytesMut::with_capacity(usize::try_from(body_len).unwrap_or(0));
             for chunk in &body {
                 compact.extend_from_slice(chunk);
             }
-            vec![compact.freeze()].into()
+            StoredBody::Chunks(vec![compact.freeze()].into())
         } else {
-            body.into()
+            StoredBody::Chunks(body.into())
         };
         Self {
             head,
@@ -130,12 +159,48 @@ mod tests {
         let entry =
             CachedResponse::new(head, chunks.clone(), Instant::now(), Duration::from_secs(1));
         assert_eq!(entry.body_len, 10);
-        assert_eq!(entry.body.len(), 1);
-        assert_eq!(entry.body[0].as_ref(), [7u8; 10]);
+        let StoredBody::Chunks(body) = &entry.body else {
+            panic!("a 10-byte body is kept in memory");
+        };
+        assert_eq!(body.len(), 1);
+        assert_eq!(body[0].as_ref(), [7u8; 10]);
         // Its own buffer, not a view of the read buffer.
-        let stored = entry.body[0].as_ptr() as usize;
+        let stored = body[0].as_ptr() as usize;
         let read = read_buffer.as_ptr() as usize;
         assert!(stored < read || stored >= read + read_buffer.len());
+    }
+
+    #[test]
+    fn a_mid_size_body_is_kept_in_a_sealed_file_and_a_large_one_in_its_chunks() {
+        let head = Arc::new(ResponseHead {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+        });
+        let whole: Vec<u8> = (0..SEALED_FROM as usize * 2).map(|i| i as u8).collect();
+        let chunks = vec![
+            Bytes::copy_from_slice(&whole[..1000]),
+            Bytes::copy_from_slice(&whole[1000..]),
+        ];
+        let entry =
+            CachedResponse::new(head.clone(), chunks, Instant::now(), Duration::from_secs(1));
+        assert_eq!(entry.body_len, whole.len() as u64);
+        // A sealed file, unless other tests of this binary hold every file right now.
+        if let StoredBody::File(file) = &entry.body {
+            assert_eq!(file.len(), whole.len() as u64);
+        }
+        assert_eq!(&entry.body.chunks().unwrap()[0][..], &whole[..]);
+
+        let large = vec![
+            Bytes::from(vec![1u8; COMPACT_UP_TO as usize]),
+            Bytes::from_static(b"!"),
+        ];
+        let entry =
+            CachedResponse::new(head, large.clone(), Instant::now(), Duration::from_secs(1));
+        let StoredBody::Chunks(body) = &entry.body else {
+            panic!("a body over COMPACT_UP_TO keeps its chunks");
+        };
+        assert_eq!(body.len(), 2);
+        assert_eq!(body[0].as_ptr(), large[0].as_ptr());
     }
 
     /// Issue 7: a cached head must not keep the read buffer it was parsed

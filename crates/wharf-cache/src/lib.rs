@@ -8,6 +8,8 @@
 //!   they arrive and any number of [`FillReader`]s stream them from the first
 //!   byte. A fill either ends complete (and may then be committed) or failed,
 //!   and every reader sees which: a failed fill never looks like a clean end.
+//! - [`SealedFile`] keeps a stored body of [`SEALED_FROM`] bytes and more in a
+//!   sealed in-memory file, which the host sends to a socket without a copy.
 //! - [`FillRegistry`] finds the fill in progress for a key, so concurrent
 //!   misses coalesce onto one origin request.
 //! - [`SharedTier`] ([`shared`]) is the optional second tier in Redis, shared
@@ -21,12 +23,14 @@ mod entry;
 mod fill;
 mod memory;
 mod registry;
+mod sealed;
 pub mod shared;
 
-pub use entry::{CachedResponse, ResponseHead, COMPACT_UP_TO};
+pub use entry::{CachedResponse, ResponseHead, StoredBody, COMPACT_UP_TO};
 pub use fill::{
     Abandoned, Fill, FillFailure, FillReader, FillWriter, PushOutcome, UNSHARED_WINDOW,
 };
 pub use memory::MemoryCache;
 pub use registry::{FillRegistry, Joined};
+pub use sealed::{SealedFile, MAX_SEALED_FILES, SEALED_FROM};
 pub use shared::{LeaseOutcome, SharedTier, SharedTierConfig, WaitOutcome};

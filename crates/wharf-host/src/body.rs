@@ -1,6 +1,10 @@
 //! The response body type every service returns, and small constructors.
 
+use std::any::Any;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -14,15 +18,18 @@ use http_body_util::BodyExt;
 /// client as a truncation.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A response body: fixed bytes, or a stream of chunks.
+/// A response body: fixed bytes, the contents of a file, or a stream of chunks.
 ///
-/// Fixed bytes (an error answer, a cached object) are held as they are, with no box; any
-/// other body is boxed ([`ResponseBody::new`], or `From` a boxed body).
+/// Fixed bytes (an error answer, a cached object) are held as they are, with no box; so is
+/// a file ([`ResponseBody::file`]), which a plain socket sends without copying it through
+/// user space. Any other body is boxed ([`ResponseBody::new`], or `From` a boxed body).
 pub struct ResponseBody(Kind);
 
 enum Kind {
     /// Bytes not handed out yet (`None` once they were).
     Full(Option<Bytes>),
+    /// A file's bytes.
+    File(FileBody),
     /// Any other body.
     Boxed(UnsyncBoxBody<Bytes, BoxError>),
     /// A body its service boxed already.
@@ -39,6 +46,30 @@ impl ResponseBody {
     /// An empty body.
     pub fn empty() -> Self {
         ResponseBody(Kind::Full(None))
+    }
+
+    /// A body of the first `len` bytes of `file`, which must not change while the body
+    /// lives (a sealed memfd: the cache's stored bodies). The host's HTTP/1.1 writer hands
+    /// the file to a TCP or Unix socket with `sendfile(2)`; anything else (TLS, HTTP/2)
+    /// reads it in frames of up to [`FILE_FRAME`] bytes.
+    pub fn file<F>(file: Arc<F>, len: u64) -> Self
+    where
+        F: AsRef<File> + Send + Sync + 'static,
+    {
+        ResponseBody(Kind::File(FileBody {
+            file,
+            offset: 0,
+            end: len,
+            guards: Vec::new(),
+        }))
+    }
+
+    /// The file this body sends, when it is one.
+    pub(crate) fn as_file(&mut self) -> Option<&mut FileBody> {
+        match &mut self.0 {
+            Kind::File(file) => Some(file),
+            _ => None,
+        }
     }
 
     /// Any body of `Bytes` whose errors convert to [`BoxError`].
@@ -73,6 +104,7 @@ impl std::fmt::Debug for ResponseBody {
                 .debug_tuple("Full")
                 .field(&bytes.as_ref().map_or(0, Bytes::len))
                 .finish(),
+            Kind::File(file) => f.debug_tuple("File").field(&file.remaining()).finish(),
             Kind::Boxed(_) => f.write_str("Boxed"),
             Kind::Pinned(_) => f.write_str("Pinned"),
         }
@@ -89,6 +121,7 @@ impl Body for ResponseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut self.get_mut().0 {
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
+            Kind::File(file) => Poll::Ready(file.read_frame().map(|read| read.map(Frame::data))),
             Kind::Boxed(body) => Pin::new(body).poll_frame(cx),
             Kind::Pinned(body) => body.as_mut().poll_frame(cx),
         }
@@ -97,6 +130,7 @@ impl Body for ResponseBody {
     fn is_end_stream(&self) -> bool {
         match &self.0 {
             Kind::Full(bytes) => bytes.is_none(),
+            Kind::File(file) => file.remaining() == 0,
             Kind::Boxed(body) => body.is_end_stream(),
             Kind::Pinned(body) => body.is_end_stream(),
         }
@@ -105,9 +139,77 @@ impl Body for ResponseBody {
     fn size_hint(&self) -> SizeHint {
         match &self.0 {
             Kind::Full(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::File(file) => SizeHint::with_exact(file.remaining()),
             Kind::Boxed(body) => body.size_hint(),
             Kind::Pinned(body) => body.size_hint(),
         }
+    }
+}
+
+/// The most bytes a file body reads into one frame when it is read rather than sent.
+pub const FILE_FRAME: usize = 64 * 1024;
+
+/// A file body's state: the part of the file not sent yet, and the guards of the call
+/// (see [`guard_body`]), dropped when the last byte was handed out.
+pub(crate) struct FileBody {
+    file: Arc<dyn AsRef<File> + Send + Sync>,
+    offset: u64,
+    end: u64,
+    guards: Vec<Box<dyn Any + Send>>,
+}
+
+impl FileBody {
+    /// The file.
+    pub(crate) fn file(&self) -> &File {
+        (*self.file).as_ref()
+    }
+
+    /// Where the part not sent yet starts.
+    pub(crate) fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes not sent yet.
+    pub(crate) fn remaining(&self) -> u64 {
+        self.end - self.offset
+    }
+
+    /// Counts `sent` bytes as sent (by the writer's `sendfile`); the guards go with the last.
+    pub(crate) fn advance(&mut self, sent: u64) {
+        self.offset = (self.offset + sent).min(self.end);
+        if self.offset == self.end {
+            self.guards.clear();
+        }
+    }
+
+    /// The next frame read from the file; `None` at the end. A file shorter than the body
+    /// said is an error (the writer cuts the response).
+    fn read_frame(&mut self) -> Option<Result<Bytes, BoxError>> {
+        if self.remaining() == 0 {
+            self.guards.clear();
+            return None;
+        }
+        let len = usize::try_from(self.remaining()).map_or(FILE_FRAME, |left| left.min(FILE_FRAME));
+        let mut frame = vec![0u8; len];
+        let read = match self.file().read_at(&mut frame, self.offset) {
+            Ok(0) => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the body's file ended early",
+            )),
+            Ok(read) => Ok(read),
+            Err(error) => Err(error),
+        };
+        Some(match read {
+            Ok(read) => {
+                frame.truncate(read);
+                self.advance(read as u64);
+                Ok(Bytes::from(frame))
+            }
+            Err(error) => {
+                self.guards.clear();
+                Err(error.into())
+            }
+        })
     }
 }
 
@@ -197,7 +299,13 @@ pub fn guard_body<G: Send + 'static>(
     response: http::Response<ResponseBody>,
     guard: G,
 ) -> http::Response<ResponseBody> {
-    response.map(|inner| {
+    response.map(|mut inner| {
+        if let Kind::File(file) = &mut inner.0 {
+            // A file body keeps its guards itself and stays a file for the writer's
+            // `sendfile`; they drop after its last byte, as a guarded stream's do.
+            file.guards.push(Box::new(guard));
+            return inner;
+        }
         ResponseBody::from(
             GuardedBody {
                 inner,

@@ -37,6 +37,7 @@ pub mod warm_up;
 
 pub use body::ResponseBody;
 pub use call::{CallContext, Phase};
+pub use fd_budget::SEALED_BODY_FDS;
 pub use fd_table::{presize_fd_table, PRESIZE_CAP};
 pub use registry::Mount;
 pub use request_body::RequestBody;

@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, StreamBody};
 use tokio::time::{Instant, Sleep};
-use wharf_cache::{CachedResponse, FillFailure, FillReader};
+use wharf_cache::{CachedResponse, FillFailure, FillReader, StoredBody};
 use wharf_host::body::{full, BoxError, ResponseBody};
 use wharf_upstream::ResponseBody as UpstreamBody;
 
@@ -188,13 +188,29 @@ pub(crate) fn from_fill(first: Option<Bytes>, reader: FillReader) -> ResponseBod
     )
 }
 
-/// Serves a committed entry's chunks without copying them.
+/// Serves a committed entry's body without copying it: its chunks, or its sealed file (which
+/// the host hands to a plain socket with `sendfile`).
 pub(crate) fn from_entry(entry: &Arc<CachedResponse>) -> ResponseBody {
-    if let [only] = &*entry.body {
+    let chunks = match &entry.body {
+        StoredBody::File(file) => return ResponseBody::file(file.clone(), file.len()),
+        StoredBody::Chunks(chunks) => chunks.clone(),
+    };
+    if let [only] = &*chunks {
         return full(only.clone());
     }
-    let entry = entry.clone();
-    let chunks =
-        (0..entry.body.len()).map(move |i| Ok::<_, BoxError>(Frame::data(entry.body[i].clone())));
+    let chunks = (0..chunks.len()).map(move |i| Ok::<_, BoxError>(Frame::data(chunks[i].clone())));
     ResponseBody::from(StreamBody::new(futures_util::stream::iter(chunks)).boxed_unsync())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every sealed file the cache may open is a descriptor the host kept out of its
+    /// session budget.
+    #[test]
+    fn the_host_reserves_a_descriptor_for_every_sealed_cache_body() {
+        assert_eq!(
+            wharf_cache::MAX_SEALED_FILES as u64,
+            wharf_host::SEALED_BODY_FDS
+        );
+    }
 }

@@ -178,8 +178,16 @@ impl FillJob {
     /// Feeds an entry read from Redis to the fill's readers and promotes it into memory.
     async fn serve_entry(&self, writer: FillWriter, entry: CachedResponse, source: FillSource) {
         let _ = self.source.set(source);
+        let chunks = match entry.body.chunks() {
+            Ok(chunks) => chunks,
+            Err(error) => {
+                // Its readers see a failed fill (an error answer), never a short body.
+                writer.fail(Arc::new(error));
+                return;
+            }
+        };
         writer.set_head(entry.head.clone(), true);
-        for chunk in entry.body.iter() {
+        for chunk in chunks.iter() {
             // Committable (the entry is within max_object_bytes): push never waits.
             writer.push(chunk.clone()).await;
         }

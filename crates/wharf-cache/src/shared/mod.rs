@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Value};
-use tracing::debug;
+use tracing::{debug, warn};
 use wharf_metrics::shared::{
     SharedCacheMetrics, SharedFailure, SharedLease, SharedLookup, SharedOp, SharedWrite,
 };
@@ -379,7 +379,11 @@ impl SharedTier {
         let keys = Keys::new(key);
         let version = self.unique_id();
         let chunk_ttl_ms = ttl_ms.saturating_add(CHUNK_GRACE.as_millis() as u64);
-        let chunks = rechunk(&entry.body, self.config.chunk_bytes.max(1));
+        let body = entry.body.chunks().map_err(|error| {
+            warn!(error = %error, "reading a cached body for the shared tier failed");
+            OpError::Failed
+        })?;
+        let chunks = rechunk(&body, self.config.chunk_bytes.max(1));
         for (trip, group) in chunks.chunks(CHUNKS_PER_TRIP).enumerate() {
             let mut pipe = redis::pipe();
             for (i, chunk) in group.iter().enumerate() {

@@ -45,7 +45,8 @@ fn entry(body: Vec<Bytes>, ttl: Duration) -> CachedResponse {
 }
 
 fn body_of(entry: &CachedResponse) -> Vec<u8> {
-    entry.body.iter().flat_map(|c| c.iter().copied()).collect()
+    let chunks = entry.body.chunks().unwrap();
+    chunks.iter().flat_map(|c| c.iter().copied()).collect()
 }
 
 #[test]

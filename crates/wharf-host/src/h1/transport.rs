@@ -1,21 +1,45 @@
 //! The sockets an HTTP/1.1 connection runs on, and the prefix that sniffing read.
 
+use std::fs::File;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::server::TlsStream;
 
 /// A connection's socket. Besides reading and writing, it can say when a read would not
 /// block, so a waiting connection holds no read buffer; a transport that cannot tell (TLS,
 /// whose records the socket does not show) is always "ready" and reads into a buffer.
-pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub(crate) trait Transport:
+    AsyncRead + AsyncWrite + SendFile + Unpin + Send + 'static
+{
     /// Ready when bytes (or EOF) can be read.
     fn poll_read_ready(&self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+/// A socket that may take a file's bytes straight from the file (`sendfile(2)`: the kernel
+/// hands the file's pages to the socket, no copy through user space). A socket whose bytes
+/// must pass through user space (TLS encrypts them) cannot.
+pub(crate) trait SendFile {
+    /// Whether [`SendFile::poll_send_file`] works on this socket.
+    fn can_send_file(&self) -> bool {
+        false
+    }
+
+    /// Sends up to `len` bytes of `file` from `offset`; how many it sent.
+    fn poll_send_file(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _file: &File,
+        _offset: u64,
+        _len: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
     }
 }
 
@@ -31,7 +55,50 @@ impl Transport for UnixStream {
     }
 }
 
+/// `sendfile(2)` on a tokio socket: tried when the socket says it is writable, waited for
+/// again when the kernel's buffer was full after all.
+macro_rules! send_file_on_socket {
+    ($($socket:ty),*) => {$(
+        impl SendFile for $socket {
+            fn can_send_file(&self) -> bool {
+                true
+            }
+
+            fn poll_send_file(
+                &mut self,
+                cx: &mut Context<'_>,
+                file: &File,
+                offset: u64,
+                len: usize,
+            ) -> Poll<io::Result<usize>> {
+                loop {
+                    ready!(self.poll_write_ready(cx))?;
+                    match self.try_io(Interest::WRITABLE, || send_file(&*self, file, offset, len)) {
+                        Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                        sent => return Poll::Ready(sent),
+                    }
+                }
+            }
+        }
+    )*};
+}
+
+send_file_on_socket!(TcpStream, UnixStream);
+
+/// One `sendfile(2)` of `len` bytes of `file` at `offset` to the non-blocking `socket`.
+fn send_file(
+    socket: impl std::os::fd::AsFd,
+    file: &File,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut offset = offset;
+    rustix::fs::sendfile(socket, file, Some(&mut offset), len).map_err(io::Error::from)
+}
+
 impl Transport for TlsStream<TcpStream> {}
+
+impl SendFile for TlsStream<TcpStream> {}
 
 pin_project_lite::pin_project! {
     /// A socket whose first bytes were already read (to tell HTTP/2 from HTTP/1.1): they are

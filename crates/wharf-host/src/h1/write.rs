@@ -26,6 +26,7 @@ use wharf_http1::response::{encode_response_head, ConnectionOption, ResponseFram
 
 use super::body::{BodyFeed, FeedStep};
 use super::date::with_http_date;
+use super::transport::SendFile;
 use super::{Conn, RequestInfo, Transport};
 use crate::body::ResponseBody;
 
@@ -238,13 +239,35 @@ impl MessageWriter {
 
     /// Writes what it can; `Ready(true)` once the whole message is out, `Ready(false)` when
     /// it was cut or the socket failed.
-    pub(super) fn poll_write<S: AsyncWrite + Unpin>(
+    pub(super) fn poll_write<S: AsyncWrite + SendFile + Unpin>(
         &mut self,
         io: &mut S,
         cx: &mut Context<'_>,
     ) -> Poll<bool> {
+        // A file body goes to a plain socket by `sendfile` once the head is out (not chunked:
+        // chunk framing would sit between the file's bytes).
+        let by_file = !self.chunked
+            && io.can_send_file()
+            && self
+                .body
+                .as_mut()
+                .is_some_and(|body| body.as_file().is_some());
         loop {
-            if self.buffered < HIGH_WATER && self.queued + 3 <= PARTS {
+            if by_file {
+                if self.buffered == 0 && self.body.is_some() {
+                    match self.send_file_part(io, cx) {
+                        Poll::Ready(Ok(())) => {
+                            self.stall = None;
+                            continue;
+                        }
+                        Poll::Ready(Err(error)) => {
+                            debug!(error = %error, "sending the response's file failed");
+                            return Poll::Ready(false);
+                        }
+                        Poll::Pending => return self.stalled(cx),
+                    }
+                }
+            } else if self.buffered < HIGH_WATER && self.queued + 3 <= PARTS {
                 if let Some(body) = self.body.as_mut() {
                     match Pin::new(body).poll_frame(cx) {
                         Poll::Ready(Some(Ok(frame))) => {
@@ -285,18 +308,7 @@ impl MessageWriter {
                         debug!(error = %error, "writing the response failed");
                         return Poll::Ready(false);
                     }
-                    Poll::Pending => {
-                        // The client does not read: cut it after idle_timeout without progress.
-                        let idle_timeout = self.idle_timeout;
-                        let timer = self
-                            .stall
-                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle_timeout)));
-                        if timer.as_mut().poll(cx).is_ready() {
-                            debug!("response not read by the client within idle_timeout; closing");
-                            return Poll::Ready(false);
-                        }
-                        return Poll::Pending;
-                    }
+                    Poll::Pending => return self.stalled(cx),
                 }
             }
             if self.body.is_none() {
@@ -307,6 +319,63 @@ impl MessageWriter {
                 };
             }
         }
+    }
+
+    /// The socket takes no more for now: `Pending`, unless the client has not read for
+    /// `idle_timeout` (then the message is given up).
+    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        let idle_timeout = self.idle_timeout;
+        let timer = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle_timeout)));
+        if timer.as_mut().poll(cx).is_ready() {
+            debug!("response not read by the client within idle_timeout; closing");
+            return Poll::Ready(false);
+        }
+        Poll::Pending
+    }
+
+    /// One `sendfile` of the file body's rest, within the declared length; at its end the
+    /// body is done (and cut when the file was shorter or longer than declared).
+    fn send_file_part<S: SendFile>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        let Some(file) = self.body.as_mut().and_then(ResponseBody::as_file) else {
+            return Poll::Ready(Ok(()));
+        };
+        let room = self.declared.map_or(u64::MAX, |len| len - self.sent);
+        let len = file.remaining().min(room);
+        if len == 0 {
+            if file.remaining() > 0 {
+                debug!("response file longer than its length; cutting the response");
+                self.cut = true;
+            } else if self.declared.is_some_and(|declared| self.sent < declared) {
+                debug!(
+                    sent = self.sent,
+                    "response file shorter than its length; cutting the response"
+                );
+                self.cut = true;
+            }
+            self.body = None;
+            return Poll::Ready(Ok(()));
+        }
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        let sent = ready!(io.poll_send_file(cx, file.file(), file.offset(), len))?;
+        if sent == 0 {
+            // The file ended before the body did.
+            debug!(
+                sent = self.sent,
+                "response file ended early; cutting the response"
+            );
+            self.cut = true;
+            self.body = None;
+            return Poll::Ready(Ok(()));
+        }
+        file.advance(sent as u64);
+        self.sent += sent as u64;
+        Poll::Ready(Ok(()))
     }
 
     /// Queues a data frame with its framing.
@@ -408,6 +477,9 @@ mod tests {
     use futures_util::stream;
     use http_body::Frame;
     use http_body_util::StreamBody;
+    use std::fs::File;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     /// Records every write: whether it was vectored, and the bytes it took (at most
     /// `max_per_call` a time, to exercise partial writes).
@@ -466,6 +538,9 @@ mod tests {
             Poll::Ready(Ok(()))
         }
     }
+
+    /// Copies through `write`, as TLS does.
+    impl SendFile for Recorder {}
 
     fn write_all(mut writer: MessageWriter, io: &mut Recorder) -> bool {
         let waker = futures_util::task::noop_waker();
@@ -559,5 +634,126 @@ mod tests {
         let mut io = Recorder::new(usize::MAX);
         assert!(!write_all(writer, &mut io), "a cut message reports failure");
         assert_eq!(io.bytes, b"H\r\n0123");
+    }
+
+    /// A body's file, as the cache's sealed bodies are (a memfd).
+    struct BodyFile(File);
+
+    impl AsRef<File> for BodyFile {
+        fn as_ref(&self) -> &File {
+            &self.0
+        }
+    }
+
+    fn file_of(bytes: &[u8]) -> Arc<BodyFile> {
+        use std::io::Write;
+        let fd = rustix::fs::memfd_create("test-body", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let mut file = File::from(fd);
+        file.write_all(bytes).unwrap();
+        Arc::new(BodyFile(file))
+    }
+
+    /// Set when dropped: when a call's guard went.
+    struct DropFlag(Arc<AtomicBool>);
+
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A file body of `len` bytes behind a call's guard (as `guard_body` puts it), and the
+    /// flag that tells the guard went.
+    fn guarded_file(file: Arc<BodyFile>, len: u64) -> (ResponseBody, Arc<AtomicBool>) {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let response = crate::body::guard_body(
+            http::Response::new(ResponseBody::file(file, len)),
+            DropFlag(dropped.clone()),
+        );
+        (response.into_body(), dropped)
+    }
+
+    #[test]
+    fn a_file_body_is_read_in_frames_where_the_socket_cannot_send_files() {
+        let body: Vec<u8> = (0..150_000u32).map(|i| i as u8).collect();
+        let (file_body, guard_dropped) = guarded_file(file_of(&body), body.len() as u64);
+        let writer = MessageWriter::new(
+            HEAD.to_vec(),
+            Some(file_body),
+            Some(body.len() as u64),
+            false,
+            Duration::from_secs(1),
+        );
+        let mut io = Recorder::new(usize::MAX);
+        assert!(write_all(writer, &mut io));
+        assert_eq!(io.bytes, [HEAD, &body[..]].concat());
+        assert!(guard_dropped.load(Ordering::SeqCst));
+    }
+
+    /// The writer on a real socket pair: what the client reads, and whether the writer
+    /// reported the message whole.
+    async fn over_tcp(writer: MessageWriter) -> (Vec<u8>, bool) {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let reader = tokio::spawn(async move {
+            let mut client = tokio::net::TcpStream::connect(address).await.unwrap();
+            let mut received = Vec::new();
+            client.read_to_end(&mut received).await.unwrap();
+            received
+        });
+        let (mut server, _) = listener.accept().await.unwrap();
+        let mut writer = writer;
+        let whole = poll_fn(|cx| writer.poll_write(&mut server, cx)).await;
+        drop(server);
+        (reader.await.unwrap(), whole)
+    }
+
+    #[tokio::test]
+    async fn a_file_body_goes_to_a_tcp_socket_whole_and_then_drops_its_guard() {
+        // Larger than a loopback socket's buffer takes at once: sendfile resumes after
+        // waiting for room.
+        let body: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let (file_body, guard_dropped) = guarded_file(file_of(&body), body.len() as u64);
+        let writer = MessageWriter::new(
+            HEAD.to_vec(),
+            Some(file_body),
+            Some(body.len() as u64),
+            false,
+            Duration::from_secs(5),
+        );
+        let (received, whole) = over_tcp(writer).await;
+        assert!(whole);
+        assert_eq!(received.len(), HEAD.len() + body.len());
+        assert!(received == [HEAD, &body[..]].concat());
+        assert!(guard_dropped.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_file_that_disagrees_with_the_declared_length_is_cut() {
+        let body = vec![b'f'; 40_000];
+        // Longer than declared: the declared bytes, then the cut.
+        let writer = MessageWriter::new(
+            b"H\r\n".to_vec(),
+            Some(ResponseBody::file(file_of(&body), body.len() as u64)),
+            Some(1000),
+            false,
+            Duration::from_secs(5),
+        );
+        let (received, whole) = over_tcp(writer).await;
+        assert!(!whole, "a cut message reports failure");
+        assert_eq!(received, [&b"H\r\n"[..], &body[..1000]].concat());
+
+        // The file is shorter than the body said (it ends at 40,000 of 50,000).
+        let writer = MessageWriter::new(
+            b"H\r\n".to_vec(),
+            Some(ResponseBody::file(file_of(&body), 50_000)),
+            Some(50_000),
+            false,
+            Duration::from_secs(5),
+        );
+        let (received, whole) = over_tcp(writer).await;
+        assert!(!whole);
+        assert_eq!(received, [&b"H\r\n"[..], &body[..]].concat());
     }
 }
