@@ -23,6 +23,7 @@ mod body;
 mod connection;
 mod error;
 mod pool;
+mod shards;
 mod stream;
 mod tls;
 
@@ -30,6 +31,7 @@ pub use body::ResponseBody;
 pub use connection::{Connection, EncodedRequest, Exchange, RequestHead};
 pub use error::{SendError, UpstreamError};
 pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
+pub use shards::PoolShards;
 pub use stream::UpstreamStream;
 pub use tls::tls_connector;
 pub use wharf_http1::response::{MAX_HEADERS, MAX_HEAD_BYTES};

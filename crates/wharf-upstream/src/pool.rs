@@ -199,6 +199,11 @@ impl IdlePool {
         })
     }
 
+    /// The pool's bounds.
+    pub fn limits(&self) -> PoolLimits {
+        self.limits
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
