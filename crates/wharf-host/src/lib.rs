@@ -19,6 +19,7 @@ pub mod admin;
 pub mod body;
 pub mod call;
 mod connection;
+mod cores;
 mod dispatch;
 pub mod error;
 mod fd_budget;

@@ -21,6 +21,7 @@ use crate::admin::ReloadHook;
 use crate::admin::{self, AdminState};
 use crate::call::Inflight;
 use crate::connection::{spawn_plain, spawn_tls, Held, SessionLimits, SessionParts};
+use crate::cores;
 use crate::dispatch::Dispatcher;
 use crate::fd_budget;
 use crate::registry::Mount;
@@ -127,16 +128,14 @@ impl HostBuilder {
     /// Binds the service and admin listeners (port 0 picks a free port).
     pub async fn bind(self) -> Result<Host, HostError> {
         let started = Instant::now();
-        // A burst of new connections must fit the accept queue: with
-        // tokio's default backlog (1024) a burst of 2000 connects loses
-        // SYNs and the clients retry after a second (seed 002's ramp-up, in
-        // the kernel). The kernel caps it at net.core.somaxconn.
         let max_sessions = fd_budget::session_limit(self.server.max_connections);
-        let backlog = u32::try_from(self.server.max_connections)
-            .unwrap_or(u32::MAX)
-            .clamp(1024, 65535);
-        let listener = bind_tcp("service", self.server.listen, backlog)?;
-        let admin = bind_tcp("admin", self.server.admin_listen, 128)?;
+        let listener = bind_tcp(
+            "service",
+            self.server.listen,
+            service_backlog(&self.server),
+            true,
+        )?;
+        let admin = bind_tcp("admin", self.server.admin_listen, 128, false)?;
         let tls = self.tls.as_ref().map(tls::acceptor).transpose()?;
         let unix = self.unix.map(bind_unix).transpose()?;
         self.metrics
@@ -292,7 +291,6 @@ impl Host {
         } = self;
         let (stop_sessions, session_stop) = watch::channel(false);
         let acceptor = Arc::new(Acceptor {
-            listener,
             slots: Arc::new(Semaphore::new(max_sessions)),
             sessions: sessions.clone(),
             tls,
@@ -312,50 +310,35 @@ impl Host {
             .clone();
         let services: Vec<&str> = registry.names().collect();
         info!(
-            addr = %acceptor.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             ?services,
             "accepting calls"
         );
 
-        // One more TCP accept loop per extra runtime worker: a burst of new connections is
-        // accepted (and its sessions started) on every core at once, not queued behind one
-        // loop (issue 4's burst and responsiveness figures). The loop here also serves the
-        // Unix listener and watches for shutdown.
+        // TCP sessions run on the data plane's cores, one per runtime worker (see `cores`);
+        // the loop here serves the Unix listener and watches for shutdown, and accepts TCP
+        // itself only if the first core (the one on the host's listener) could not start.
         let (stop_accepting, accepting) = watch::channel(false);
+        let (release_cores, cores_released) = watch::channel(false);
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
-        let extra_loops: Vec<_> = (1..workers)
-            .map(|_| {
-                let acceptor = acceptor.clone();
-                let mut accepting = accepting.clone();
-                tokio::spawn(async move {
-                    let stopped = async move {
-                        let _ = accepting.wait_for(|stop| *stop).await;
-                    };
-                    tokio::pin!(stopped);
-                    loop {
-                        tokio::select! {
-                            () = &mut stopped => break,
-                            () = acceptor.accept_one(std::future::pending()) => {}
-                        }
-                    }
-                })
-            })
-            .collect();
+        let cores = cores::start(
+            workers,
+            &listener,
+            service_backlog(&server),
+            &acceptor,
+            &accepting,
+            &cores_released,
+        );
+        let main_listener = (!cores::take_host_listener(&cores)).then_some(&listener);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                () = acceptor.accept_one(accept_unix(unix.as_ref())) => {}
+                () = acceptor.accept_one(main_listener, accept_unix(unix.as_ref())) => {}
             }
         }
         let _ = stop_accepting.send(true);
-        for accept_loop in extra_loops {
-            let _ = accept_loop.await;
-        }
-        let listener = match Arc::try_unwrap(acceptor) {
-            Ok(acceptor) => Some(acceptor.listener),
-            Err(_shared) => None, // every loop has ended; nothing else holds it
-        };
+        cores::wait_until_not_accepting(&cores).await;
 
         admin_state.set_ready(false);
         drop(listener);
@@ -384,16 +367,18 @@ impl Host {
             Ok(()) => 0,
             Err(_elapsed) => admin_state.inflight().len(),
         };
+        // The cores' sessions are closed, or cut now with their runtimes.
+        let _ = release_cores.send(true);
+        cores::join(cores).await;
         admin_task.abort();
         info!(calls_cut, "stopped");
         RunSummary { calls_cut }
     }
 }
 
-/// What an accept loop needs: the listener, the session slots, and what a session starts
-/// with.
-struct Acceptor {
-    listener: TcpListener,
+/// What an accept loop needs besides its listener: the session slots, and what a session
+/// starts with.
+pub(crate) struct Acceptor {
     /// One permit per session admitted (`max_connections`, or the open-files budget).
     slots: Arc<Semaphore>,
     sessions: Arc<Sessions>,
@@ -402,14 +387,25 @@ struct Acceptor {
 }
 
 impl Acceptor {
-    /// Takes a session slot, accepts one connection (TCP, or from `unix`) and starts its
-    /// session. Beyond the slots, new connections wait in the kernel's backlog.
-    async fn accept_one(&self, unix: impl Future<Output = std::io::Result<UnixStream>>) {
-        let Ok(slot) = self.slots.clone().acquire_owned().await else {
-            return std::future::pending().await; // the semaphore is never closed
+    /// Accepts one connection (from `listener`, or from `unix`), takes a session slot for
+    /// it and starts its session on the runtime this runs on. Beyond the slots, new
+    /// connections wait in the kernel's backlog, and each accept loop holds at most the one
+    /// it accepted until a slot frees. (The slot is taken after the accept: with a listener
+    /// per core, a loop holding a slot while its own queue is empty would keep it from a
+    /// connection queued at another core.)
+    pub(crate) async fn accept_one(
+        &self,
+        listener: Option<&TcpListener>,
+        unix: impl Future<Output = std::io::Result<UnixStream>>,
+    ) {
+        let tcp = async {
+            match listener {
+                Some(listener) => listener.accept().await,
+                None => std::future::pending().await,
+            }
         };
         let accepted = tokio::select! {
-            accepted = self.listener.accept() => accepted.map(|(stream, peer)| Accepted::Tcp(stream, peer)),
+            accepted = tcp => accepted.map(|(stream, peer)| Accepted::Tcp(stream, peer)),
             accepted = unix => accepted.map(Accepted::Unix),
         };
         let accepted = match accepted {
@@ -420,6 +416,9 @@ impl Acceptor {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 return;
             }
+        };
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return std::future::pending().await; // the semaphore is never closed
         };
         let held: Held = (self.sessions.opened(), slot);
         let parts = self.parts.clone();
@@ -473,11 +472,28 @@ async fn accept_unix(unix: Option<&(UnixListener, PathBuf)>) -> std::io::Result<
     }
 }
 
+/// The service listener's accept queue: a burst of new connections must fit it. With
+/// tokio's default backlog (1024) a burst of 2000 connects loses SYNs and the clients
+/// retry after a second (seed 002's ramp-up, in the kernel). The kernel caps it at
+/// net.core.somaxconn.
+pub(crate) fn service_backlog(server: &ServerConfig) -> u32 {
+    u32::try_from(server.max_connections)
+        .unwrap_or(u32::MAX)
+        .clamp(1024, 65535)
+}
+
 /// Binds a TCP listener with `backlog` pending connections (SO_REUSEADDR,
 /// so a restart does not wait for TIME_WAIT sockets), with TCP_NODELAY, which Linux
 /// passes on to every accepted socket (responses are written whole; Nagle's algorithm
-/// would only hold their last segment back).
-fn bind_tcp(role: &'static str, addr: SocketAddr, backlog: u32) -> Result<TcpListener, HostError> {
+/// would only hold their last segment back). With `reuse_port` (the service listener),
+/// the data plane's cores bind listeners of their own to the same address, and the kernel
+/// spreads new connections over them (`cores`).
+pub(crate) fn bind_tcp(
+    role: &'static str,
+    addr: SocketAddr,
+    backlog: u32,
+    reuse_port: bool,
+) -> Result<TcpListener, HostError> {
     let error = |source| HostError::Bind { role, addr, source };
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
@@ -486,6 +502,9 @@ fn bind_tcp(role: &'static str, addr: SocketAddr, backlog: u32) -> Result<TcpLis
     }
     .map_err(error)?;
     socket.set_reuseaddr(true).map_err(error)?;
+    if reuse_port {
+        socket.set_reuseport(true).map_err(error)?;
+    }
     socket.set_nodelay(true).map_err(error)?;
     socket.bind(addr).map_err(error)?;
     socket.listen(backlog).map_err(error)
@@ -516,7 +535,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn accepted_sockets_inherit_the_listeners_nodelay() {
-        let listener = bind_tcp("service", "127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let listener = bind_tcp("service", "127.0.0.1:0".parse().unwrap(), 16, false).unwrap();
         let addr = listener.local_addr().unwrap();
         let connect = TcpSocket::new_v4().unwrap().connect(addr);
         let (client, accepted) = tokio::join!(connect, listener.accept());
