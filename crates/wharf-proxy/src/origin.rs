@@ -17,7 +17,7 @@ use tracing::debug;
 use url::Url;
 use wharf_config::ProxyConfig;
 use wharf_upstream::{
-    Checkout, ConnectPermit, Connection, IdlePool, PoolLimits, PoolSlot, ResponseBody,
+    Checkout, ConnectPermit, Connection, PoolLimits, PoolShards, PoolSlot, ResponseBody,
 };
 
 use crate::connector::{ConnectError, GuardedConnector};
@@ -53,21 +53,22 @@ pub(crate) struct Origin {
 struct Inner {
     connector: GuardedConnector,
     tls: TlsConnector,
-    pool: Arc<IdlePool>,
+    /// Idle origin connections, a pool per thread (see `wharf_upstream::PoolShards`).
+    pool: PoolShards,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
 }
 
 impl Origin {
     pub(crate) fn new(config: &ProxyConfig, policy: Arc<DestinationPolicy>) -> Self {
-        let pool = IdlePool::new(PoolLimits {
+        let pool = PoolShards::new(PoolLimits {
             max_idle_per_key: MAX_IDLE_PER_ORIGIN,
             max_idle_total: MAX_IDLE_TOTAL,
             idle_timeout: POOL_IDLE_TIMEOUT,
             max_connecting_per_key: MAX_CONNECTING_PER_ORIGIN,
             max_connect_wait: MAX_CONNECT_WAIT,
         });
-        pool.spawn_sweeper(POOL_SWEEP_EVERY);
+        pool.spawn_sweepers(POOL_SWEEP_EVERY);
         Self {
             inner: Arc::new(Inner {
                 connector: GuardedConnector::new(policy, config.connect_timeout),
@@ -110,12 +111,13 @@ impl Origin {
         // Matched on a temporary, not a named local: a local would keep its storage (88
         // bytes) in this future's state through every await below. A new connection's
         // exchange is boxed for the same reason: the match's temporary lives through it.
-        let checkout = match self.inner.pool.try_acquire(target.pool_key()) {
+        let pool = self.inner.pool.here();
+        let checkout = match pool.try_acquire(target.pool_key()) {
             Some(checkout) => checkout,
             // Every connect slot busy, nothing idle: wait for either. Boxed, and freed once
             // it has its answer: the wait's state (a timer, a wake-up) would otherwise stay
             // in every call's future for the whole exchange (+0.6 KiB per call in flight).
-            None => Box::pin(self.inner.pool.acquire(target.pool_key())).await,
+            None => Box::pin(pool.acquire(target.pool_key())).await,
         };
         let (slot, connection) = match checkout {
             Checkout::Idle(slot, connection) => (slot, connection),

@@ -2,12 +2,11 @@
 //! calls it has outstanding.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use url::Url;
 use wharf_host::metrics::{Outcome, UpstreamMetrics};
-use wharf_upstream::{Connection, IdlePool, PoolLimits, PoolSlot};
+use wharf_upstream::{Connection, PoolLimits, PoolShards, PoolSlot};
 
 use crate::pool::{self, Address};
 
@@ -39,7 +38,8 @@ pub struct Backend {
     /// Value for `host` when the client sent none (h2 clients send `:authority`).
     authority: Option<http::HeaderValue>,
     /// Idle keep-alive connections (one key: this backend).
-    pool: Arc<IdlePool>,
+    /// Idle connections, a pool per thread (see `wharf_upstream::PoolShards`).
+    pool: PoolShards,
     /// Failures in a row (connect, protocol or timeout); 0 after a success.
     failures: AtomicU32,
     /// Milliseconds since `epoch` until which the backend is skipped.
@@ -93,7 +93,7 @@ impl Backend {
             Some(port) => http::HeaderValue::from_str(&format!("{host}:{port}")).ok(),
             None => http::HeaderValue::from_str(host).ok(),
         });
-        let pool = IdlePool::new(PoolLimits {
+        let pool = PoolShards::new(PoolLimits {
             max_idle_per_key: MAX_IDLE,
             max_idle_total: MAX_IDLE,
             idle_timeout: IDLE_TIMEOUT,
@@ -101,7 +101,7 @@ impl Backend {
             max_connecting_per_key: usize::MAX,
             max_connect_wait: Duration::ZERO,
         });
-        pool.spawn_sweeper(SWEEP_EVERY);
+        pool.spawn_sweepers(SWEEP_EVERY);
         Ok(Self {
             label: url.as_str().trim_end_matches('/').to_owned(),
             address,
@@ -127,7 +127,7 @@ impl Backend {
 
     /// A pooled connection, or a new one, and where it goes back once its response was read.
     pub(crate) async fn connection(&self) -> std::io::Result<(PoolSlot, Connection)> {
-        let (slot, idle) = self.pool.check_out(&self.label);
+        let (slot, idle) = self.pool.here().check_out(&self.label);
         match idle {
             Some(connection) => Ok((slot, connection)),
             None => Ok((slot, pool::connect(&self.address).await?)),
