@@ -255,16 +255,10 @@ impl MessageWriter {
         loop {
             if by_file {
                 if self.buffered == 0 && self.body.is_some() {
-                    match self.send_file_part(io, cx) {
-                        Poll::Ready(Ok(())) => {
-                            self.stall = None;
-                            continue;
-                        }
-                        Poll::Ready(Err(error)) => {
-                            debug!(error = %error, "sending the response's file failed");
-                            return Poll::Ready(false);
-                        }
-                        Poll::Pending => return self.stalled(cx),
+                    let sent = self.send_file_part(io, cx);
+                    match self.settle(sent, cx, "sending the response's file") {
+                        None => continue,
+                        Some(done) => return done,
                     }
                 }
             } else if self.buffered < HIGH_WATER && self.queued + 3 <= PARTS {
@@ -299,16 +293,10 @@ impl MessageWriter {
                 }
             }
             if self.buffered > 0 {
-                match self.write_some(io, cx) {
-                    Poll::Ready(Ok(())) => {
-                        self.stall = None;
-                        continue;
-                    }
-                    Poll::Ready(Err(error)) => {
-                        debug!(error = %error, "writing the response failed");
-                        return Poll::Ready(false);
-                    }
-                    Poll::Pending => return self.stalled(cx),
+                let written = self.write_some(io, cx);
+                match self.settle(written, cx, "writing the response") {
+                    None => continue,
+                    Some(done) => return done,
                 }
             }
             if self.body.is_none() {
@@ -318,6 +306,28 @@ impl MessageWriter {
                     Poll::Pending => Poll::Pending,
                 };
             }
+        }
+    }
+
+    /// What a write's outcome means for [`MessageWriter::poll_write`]: `None` to go on
+    /// (it made progress), else what to return: failure, or `Pending` while the socket is
+    /// full (see [`MessageWriter::stalled`]).
+    fn settle(
+        &mut self,
+        written: Poll<io::Result<()>>,
+        cx: &mut Context<'_>,
+        what: &'static str,
+    ) -> Option<Poll<bool>> {
+        match written {
+            Poll::Ready(Ok(())) => {
+                self.stall = None;
+                None
+            }
+            Poll::Ready(Err(error)) => {
+                debug!(error = %error, "{what} failed");
+                Some(Poll::Ready(false))
+            }
+            Poll::Pending => Some(self.stalled(cx)),
         }
     }
 
@@ -349,33 +359,35 @@ impl MessageWriter {
         let len = file.remaining().min(room);
         if len == 0 {
             if file.remaining() > 0 {
-                debug!("response file longer than its length; cutting the response");
-                self.cut = true;
+                self.end_file(Some("longer than its length"));
             } else if self.declared.is_some_and(|declared| self.sent < declared) {
-                debug!(
-                    sent = self.sent,
-                    "response file shorter than its length; cutting the response"
-                );
-                self.cut = true;
+                self.end_file(Some("shorter than its length"));
+            } else {
+                self.end_file(None);
             }
-            self.body = None;
             return Poll::Ready(Ok(()));
         }
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         let sent = ready!(io.poll_send_file(cx, file.file(), file.offset(), len))?;
         if sent == 0 {
-            // The file ended before the body did.
-            debug!(
-                sent = self.sent,
-                "response file ended early; cutting the response"
-            );
-            self.cut = true;
-            self.body = None;
+            self.end_file(Some("ended before its length"));
             return Poll::Ready(Ok(()));
         }
         file.advance(sent as u64);
         self.sent += sent as u64;
         Poll::Ready(Ok(()))
+    }
+
+    /// The file body is done: whole, or cut for the reason given.
+    fn end_file(&mut self, cut: Option<&'static str>) {
+        if let Some(why) = cut {
+            debug!(
+                sent = self.sent,
+                "response file {why}; cutting the response"
+            );
+            self.cut = true;
+        }
+        self.body = None;
     }
 
     /// Queues a data frame with its framing.
