@@ -18,7 +18,7 @@
 //! The multi-threaded runtime keeps the rest: the admin listener, the Unix listener,
 //! background tasks, and TCP too if no core could be started.
 //!
-//! Main items: [`start`], [`wait_until_not_accepting`], [`join`].
+//! Main items: [`start`], [`on_host_listener`], [`wait_until_not_accepting`], [`join`].
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
@@ -44,7 +44,8 @@ pub(crate) struct Core {
 
 /// Starts `count` cores accepting from `listener` until `accepting` turns true; each then
 /// serves its sessions until `released` turns true (after the host's drain). Cores that
-/// cannot be started are logged and left out: the caller accepts itself when none started.
+/// cannot be started are logged and left out: the caller accepts on the host's listener
+/// itself when the first did not start ([`on_host_listener`]).
 pub(crate) fn start(
     count: usize,
     listener: &TcpListener,
@@ -89,7 +90,7 @@ pub(crate) fn start(
 
 /// Whether a core accepts from the host's own listener (else the caller must: the kernel
 /// gives that socket its share of the connections).
-pub(crate) fn take_host_listener(cores: &[Core]) -> bool {
+pub(crate) fn on_host_listener(cores: &[Core]) -> bool {
     cores.iter().any(|core| core.index == 0)
 }
 

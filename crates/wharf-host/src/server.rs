@@ -329,7 +329,7 @@ impl Host {
             &accepting,
             &cores_released,
         );
-        let main_listener = (!cores::take_host_listener(&cores)).then_some(&listener);
+        let main_listener = (!cores::on_host_listener(&cores)).then_some(&listener);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
