@@ -4,6 +4,7 @@
 
 mod bindings;
 mod check;
+mod cores;
 mod faults;
 mod host;
 mod hostile;
