@@ -67,13 +67,6 @@ pub(crate) fn assert_no_wharf_panic(case: &str) {
     );
 }
 
-/// The value of the sample `series` (name and labels) in a Prometheus page.
-pub(crate) fn sample(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
-        .and_then(|line| line[series.len()..].trim().parse().ok())
-}
-
 /// The admin `/metrics` page.
 pub(crate) async fn metrics_page(wharf: &RunningHost) -> String {
     let page = get(&wharf.admin_url("/metrics")).await;

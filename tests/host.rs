@@ -20,14 +20,6 @@ fn via(wharf: &RunningHost, path: &str, testbed: &TestbedHandle, target: &str) -
     wharf.url(&format!("{path}?url={}", encode(&testbed.url(target))))
 }
 
-/// The value of the sample `name{labels}` in a Prometheus text page.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
-        .and_then(|line| line[series.len()..].trim().parse().ok())
-}
-
 async fn metrics(wharf: &RunningHost) -> String {
     String::from_utf8(get(&wharf.admin_url("/metrics")).await.bytes().to_vec()).unwrap()
 }

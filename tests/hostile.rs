@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::faults::{
-    assert_no_wharf_panic, assert_slots_released, metrics_page, sample, via_proxy, watch_panics,
+    assert_no_wharf_panic, assert_slots_released, metrics_page, via_proxy, watch_panics,
     ScriptedOrigin,
 };
 use crate::support::*;

@@ -156,3 +156,10 @@ pub(crate) async fn counting_server(
     });
     (addr, accepted)
 }
+
+/// The value of the sample `series` (name and labels) in a Prometheus text page.
+pub(crate) fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+        .and_then(|line| line[series.len()..].trim().parse().ok())
+}

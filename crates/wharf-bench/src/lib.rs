@@ -5,9 +5,9 @@
 //! number of rounds. [`run`] resolves every target first, then runs the rounds interleaved,
 //! every other round in reverse order (round 1: A, B, C; round 2: C, B, A; round 3: A, B, C;
 //! …) so that slow drifts of the machine hit every target alike, and no target always runs
-//! right after the same one, and returns a [`Report`]: medians over rounds, ratios to the first target, the
-//! client's own CPU load, notes. [`report::table`], [`report::json`] and [`report::html`]
-//! render it.
+//! right after the same one, and returns a [`Report`]: medians over rounds, ratios to the
+//! first target, the client's own CPU load, notes. [`report::table`], [`report::json`] and
+//! [`report::html`] render it.
 //!
 //! - [`client`]: the lean HTTP/1.1 client of its own (`httparse` for heads), calls run in
 //!   the caller's task, one connection per call or keep-alive;

@@ -191,25 +191,23 @@ impl FileBody {
         }
         let len = usize::try_from(self.remaining()).map_or(FILE_FRAME, |left| left.min(FILE_FRAME));
         let mut frame = vec![0u8; len];
-        let read = match self.file().read_at(&mut frame, self.offset) {
-            Ok(0) => Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the body's file ended early",
-            )),
-            Ok(read) => Ok(read),
-            Err(error) => Err(error),
-        };
-        Some(match read {
-            Ok(read) => {
+        match self.file().read_at(&mut frame, self.offset) {
+            Ok(read) if read > 0 => {
                 frame.truncate(read);
                 self.advance(read as u64);
-                Ok(Bytes::from(frame))
+                Some(Ok(Bytes::from(frame)))
             }
-            Err(error) => {
+            read => {
                 self.guards.clear();
-                Err(error.into())
+                let error = read.err().unwrap_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the body's file ended early",
+                    )
+                });
+                Some(Err(error.into()))
             }
-        })
+        }
     }
 }
 

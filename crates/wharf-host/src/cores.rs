@@ -126,8 +126,9 @@ impl Source {
     fn listen(self) -> std::io::Result<TcpListener> {
         match self {
             Source::Copy(copy) => TcpListener::from_std(copy),
-            Source::Bind(address, backlog) => bind_tcp("service", address, backlog, true)
-                .map_err(|error| std::io::Error::other(error.to_string())),
+            Source::Bind(address, backlog) => {
+                bind_tcp("service", address, backlog, true).map_err(std::io::Error::other)
+            }
         }
     }
 }
@@ -164,14 +165,12 @@ fn spawn(
         .name(format!("wharf-core-{index}"))
         .spawn(move || {
             runtime.block_on(async move {
-                let stop = accepting.wait_for(|stop| *stop);
-                tokio::pin!(stop);
-                loop {
-                    tokio::select! {
-                        _ = &mut stop => break,
-                        () = acceptor.accept_one(Some(&listener), std::future::pending()) => {}
-                    }
-                }
+                let stop = async {
+                    let _ = accepting.wait_for(|stop| *stop).await;
+                };
+                acceptor
+                    .accept_until(Some(&listener), std::future::pending, stop)
+                    .await;
                 drop(listener);
                 let _ = stopped_accepting.send(true);
                 // Sessions run on this runtime: keep driving them through the drain.

@@ -330,13 +330,9 @@ impl Host {
             &cores_released,
         );
         let main_listener = (!cores::on_host_listener(&cores)).then_some(&listener);
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                () = acceptor.accept_one(main_listener, accept_unix(unix.as_ref())) => {}
-            }
-        }
+        acceptor
+            .accept_until(main_listener, || accept_unix(unix.as_ref()), shutdown)
+            .await;
         let _ = stop_accepting.send(true);
         cores::wait_until_not_accepting(&cores).await;
 
@@ -387,13 +383,31 @@ pub(crate) struct Acceptor {
 }
 
 impl Acceptor {
+    /// Accepts connections (from `listener`, and from what `unix` gives) until `stop`.
+    pub(crate) async fn accept_until<U>(
+        &self,
+        listener: Option<&TcpListener>,
+        unix: impl Fn() -> U,
+        stop: impl Future<Output = ()>,
+    ) where
+        U: Future<Output = std::io::Result<UnixStream>>,
+    {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                () = self.accept_one(listener, unix()) => {}
+            }
+        }
+    }
+
     /// Accepts one connection (from `listener`, or from `unix`), takes a session slot for
     /// it and starts its session on the runtime this runs on. Beyond the slots, new
     /// connections wait in the kernel's backlog, and each accept loop holds at most the one
     /// it accepted until a slot frees. (The slot is taken after the accept: with a listener
     /// per core, a loop holding a slot while its own queue is empty would keep it from a
     /// connection queued at another core.)
-    pub(crate) async fn accept_one(
+    async fn accept_one(
         &self,
         listener: Option<&TcpListener>,
         unix: impl Future<Output = std::io::Result<UnixStream>>,

@@ -200,7 +200,8 @@ impl IdlePool {
     }
 
     /// The pool's bounds.
-    pub fn limits(&self) -> PoolLimits {
+    #[cfg(test)]
+    pub(crate) fn limits(&self) -> PoolLimits {
         self.limits
     }
 

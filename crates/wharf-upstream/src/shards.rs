@@ -66,7 +66,8 @@ impl PoolShards {
     }
 
     /// Idle connections over all pools.
-    pub fn idle_count(&self) -> usize {
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
         self.shards.iter().map(|shard| shard.idle_count()).sum()
     }
 }

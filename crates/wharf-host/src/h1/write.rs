@@ -685,17 +685,22 @@ mod tests {
         (response.into_body(), dropped)
     }
 
+    /// A writer of `head` and a file `body` declared `declared` bytes long (not chunked).
+    fn file_writer(head: &[u8], body: ResponseBody, declared: u64) -> MessageWriter {
+        MessageWriter::new(
+            head.to_vec(),
+            Some(body),
+            Some(declared),
+            false,
+            Duration::from_secs(5),
+        )
+    }
+
     #[test]
     fn a_file_body_is_read_in_frames_where_the_socket_cannot_send_files() {
         let body: Vec<u8> = (0..150_000u32).map(|i| i as u8).collect();
         let (file_body, guard_dropped) = guarded_file(file_of(&body), body.len() as u64);
-        let writer = MessageWriter::new(
-            HEAD.to_vec(),
-            Some(file_body),
-            Some(body.len() as u64),
-            false,
-            Duration::from_secs(1),
-        );
+        let writer = file_writer(HEAD, file_body, body.len() as u64);
         let mut io = Recorder::new(usize::MAX);
         assert!(write_all(writer, &mut io));
         assert_eq!(io.bytes, [HEAD, &body[..]].concat());
@@ -727,13 +732,7 @@ mod tests {
         // waiting for room.
         let body: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let (file_body, guard_dropped) = guarded_file(file_of(&body), body.len() as u64);
-        let writer = MessageWriter::new(
-            HEAD.to_vec(),
-            Some(file_body),
-            Some(body.len() as u64),
-            false,
-            Duration::from_secs(5),
-        );
+        let writer = file_writer(HEAD, file_body, body.len() as u64);
         let (received, whole) = over_tcp(writer).await;
         assert!(whole);
         assert_eq!(received.len(), HEAD.len() + body.len());
@@ -745,25 +744,14 @@ mod tests {
     async fn a_file_that_disagrees_with_the_declared_length_is_cut() {
         let body = vec![b'f'; 40_000];
         // Longer than declared: the declared bytes, then the cut.
-        let writer = MessageWriter::new(
-            b"H\r\n".to_vec(),
-            Some(ResponseBody::file(file_of(&body), body.len() as u64)),
-            Some(1000),
-            false,
-            Duration::from_secs(5),
-        );
+        let file_body = ResponseBody::file(file_of(&body), body.len() as u64);
+        let writer = file_writer(b"H\r\n", file_body, 1000);
         let (received, whole) = over_tcp(writer).await;
         assert!(!whole, "a cut message reports failure");
         assert_eq!(received, [&b"H\r\n"[..], &body[..1000]].concat());
 
         // The file is shorter than the body said (it ends at 40,000 of 50,000).
-        let writer = MessageWriter::new(
-            b"H\r\n".to_vec(),
-            Some(ResponseBody::file(file_of(&body), 50_000)),
-            Some(50_000),
-            false,
-            Duration::from_secs(5),
-        );
+        let writer = file_writer(b"H\r\n", ResponseBody::file(file_of(&body), 50_000), 50_000);
         let (received, whole) = over_tcp(writer).await;
         assert!(!whole);
         assert_eq!(received, [&b"H\r\n"[..], &body[..]].concat());
