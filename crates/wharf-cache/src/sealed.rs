@@ -27,15 +27,15 @@ pub const SEALED_FROM: u64 = 32 * 1024;
 /// out of its session budget (`wharf_host`'s reserved descriptors).
 pub const MAX_SEALED_FILES: usize = 128;
 
-/// Sealed files open now.
-static OPEN: AtomicUsize = AtomicUsize::new(0);
+/// The bound the cache's bodies are held to.
+static BUDGET: FileBudget = FileBudget::new(MAX_SEALED_FILES);
 
 /// A body's bytes in a sealed in-memory file.
 #[derive(Debug)]
 pub struct SealedFile {
     file: File,
     len: u64,
-    /// Counted in [`OPEN`] until dropped.
+    /// Counted in its budget until dropped.
     _slot: Slot,
 }
 
@@ -43,7 +43,12 @@ impl SealedFile {
     /// A sealed file holding `chunks` (`len` bytes in all); `None` when the bound of open
     /// files is reached or the kernel refused (the body then stays in memory).
     pub fn create(chunks: &[Bytes], len: u64) -> Option<Self> {
-        let slot = Slot::take()?;
+        Self::create_within(&BUDGET, chunks, len)
+    }
+
+    /// [`SealedFile::create`] within `budget`.
+    fn create_within(budget: &'static FileBudget, chunks: &[Bytes], len: u64) -> Option<Self> {
+        let slot = budget.take()?;
         match write_sealed(chunks) {
             Ok(file) => Some(Self {
                 file,
@@ -76,11 +81,6 @@ impl SealedFile {
         self.file.read_exact_at(&mut bytes, 0)?;
         Ok(Bytes::from(bytes))
     }
-
-    /// Sealed files open now (the cache's gauge of descriptors it holds).
-    pub fn open_count() -> usize {
-        OPEN.load(Ordering::Relaxed)
-    }
 }
 
 impl AsRef<File> for SealedFile {
@@ -106,23 +106,39 @@ fn write_sealed(chunks: &[Bytes]) -> io::Result<File> {
     Ok(file)
 }
 
-/// One of the [`MAX_SEALED_FILES`] places, held while its file is open.
+/// A bound on sealed files open at once.
 #[derive(Debug)]
-struct Slot;
+struct FileBudget {
+    open: AtomicUsize,
+    max: usize,
+}
 
-impl Slot {
-    fn take() -> Option<Slot> {
-        OPEN.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |open| {
-            (open < MAX_SEALED_FILES).then_some(open + 1)
-        })
-        .ok()
-        .map(|_| Slot)
+impl FileBudget {
+    const fn new(max: usize) -> Self {
+        Self {
+            open: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// One place, if the bound allows.
+    fn take(&'static self) -> Option<Slot> {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |open| {
+                (open < self.max).then_some(open + 1)
+            })
+            .ok()
+            .map(|_| Slot(self))
     }
 }
 
+/// One place in a [`FileBudget`], held while its file is open.
+#[derive(Debug)]
+struct Slot(&'static FileBudget);
+
 impl Drop for Slot {
     fn drop(&mut self) {
-        OPEN.fetch_sub(1, Ordering::AcqRel);
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -147,14 +163,17 @@ mod tests {
 
     #[test]
     fn open_files_are_bounded_and_given_back() {
-        // Other tests of this binary may hold files too: count from what is open now.
+        // A budget of its own: the cache's is shared with the other tests of this binary.
+        static SMALL: FileBudget = FileBudget::new(3);
+        let create = || SealedFile::create_within(&SMALL, &[Bytes::from_static(b"x")], 1);
         let mut held = Vec::new();
-        while let Some(sealed) = SealedFile::create(&[Bytes::from_static(b"x")], 1) {
+        while let Some(sealed) = create() {
             held.push(sealed);
-            assert!(held.len() <= MAX_SEALED_FILES);
+            assert!(held.len() <= 3);
         }
-        assert_eq!(SealedFile::open_count(), MAX_SEALED_FILES);
+        assert_eq!(held.len(), 3);
+        assert!(create().is_none());
         held.pop();
-        assert!(SealedFile::create(&[Bytes::from_static(b"y")], 1).is_some());
+        assert!(create().is_some());
     }
 }

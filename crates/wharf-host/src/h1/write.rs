@@ -707,9 +707,76 @@ mod tests {
         assert!(guard_dropped.load(Ordering::SeqCst));
     }
 
-    /// The writer on a real socket pair: what the client reads, and whether the writer
-    /// reported the message whole.
-    async fn over_tcp(writer: MessageWriter) -> (Vec<u8>, bool) {
+    /// A TCP socket that counts what went through `sendfile` and what through `write`.
+    struct Counted {
+        socket: tokio::net::TcpStream,
+        sent_from_file: usize,
+        written: usize,
+    }
+
+    impl AsyncWrite for Counted {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = ready!(Pin::new(&mut self.socket).poll_write(cx, buf))?;
+            self.written += n;
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            slices: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let n = ready!(Pin::new(&mut self.socket).poll_write_vectored(cx, slices))?;
+            self.written += n;
+            Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.socket).poll_flush(cx)
+        }
+
+        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.socket).poll_shutdown(cx)
+        }
+    }
+
+    impl SendFile for Counted {
+        fn can_send_file(&self) -> bool {
+            self.socket.can_send_file()
+        }
+
+        fn poll_send_file(
+            &mut self,
+            cx: &mut Context<'_>,
+            file: &File,
+            offset: u64,
+            len: usize,
+        ) -> Poll<io::Result<usize>> {
+            let n = ready!(self.socket.poll_send_file(cx, file, offset, len))?;
+            self.sent_from_file += n;
+            Poll::Ready(Ok(n))
+        }
+    }
+
+    /// What the client of [`over_tcp`] read, whether the writer reported the message whole,
+    /// and the server socket's counts.
+    struct OverTcp {
+        received: Vec<u8>,
+        whole: bool,
+        sent_from_file: usize,
+        written: usize,
+    }
+
+    /// The writer on a real socket pair.
+    async fn over_tcp(writer: MessageWriter) -> OverTcp {
         use tokio::io::AsyncReadExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -719,24 +786,41 @@ mod tests {
             client.read_to_end(&mut received).await.unwrap();
             received
         });
-        let (mut server, _) = listener.accept().await.unwrap();
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut server = Counted {
+            socket,
+            sent_from_file: 0,
+            written: 0,
+        };
         let mut writer = writer;
         let whole = poll_fn(|cx| writer.poll_write(&mut server, cx)).await;
-        drop(server);
-        (reader.await.unwrap(), whole)
+        let Counted {
+            socket,
+            sent_from_file,
+            written,
+        } = server;
+        // Closed, so the client reads to its end.
+        drop(socket);
+        OverTcp {
+            received: reader.await.unwrap(),
+            whole,
+            sent_from_file,
+            written,
+        }
     }
 
     #[tokio::test]
     async fn a_file_body_goes_to_a_tcp_socket_whole_and_then_drops_its_guard() {
-        // Larger than a loopback socket's buffer takes at once: sendfile resumes after
-        // waiting for room.
+        // More than a loopback socket takes in one call.
         let body: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let (file_body, guard_dropped) = guarded_file(file_of(&body), body.len() as u64);
-        let writer = file_writer(HEAD, file_body, body.len() as u64);
-        let (received, whole) = over_tcp(writer).await;
-        assert!(whole);
-        assert_eq!(received.len(), HEAD.len() + body.len());
-        assert!(received == [HEAD, &body[..]].concat());
+        let out = over_tcp(file_writer(HEAD, file_body, body.len() as u64)).await;
+        assert!(out.whole);
+        assert_eq!(out.received.len(), HEAD.len() + body.len());
+        assert!(out.received == [HEAD, &body[..]].concat());
+        // The head by `write`, every body byte by `sendfile`.
+        assert_eq!(out.written, HEAD.len());
+        assert_eq!(out.sent_from_file, body.len());
         assert!(guard_dropped.load(Ordering::SeqCst));
     }
 
@@ -745,15 +829,14 @@ mod tests {
         let body = vec![b'f'; 40_000];
         // Longer than declared: the declared bytes, then the cut.
         let file_body = ResponseBody::file(file_of(&body), body.len() as u64);
-        let writer = file_writer(b"H\r\n", file_body, 1000);
-        let (received, whole) = over_tcp(writer).await;
-        assert!(!whole, "a cut message reports failure");
-        assert_eq!(received, [&b"H\r\n"[..], &body[..1000]].concat());
+        let out = over_tcp(file_writer(b"H\r\n", file_body, 1000)).await;
+        assert!(!out.whole, "a cut message reports failure");
+        assert_eq!(out.received, [&b"H\r\n"[..], &body[..1000]].concat());
 
         // The file is shorter than the body said (it ends at 40,000 of 50,000).
-        let writer = file_writer(b"H\r\n", ResponseBody::file(file_of(&body), 50_000), 50_000);
-        let (received, whole) = over_tcp(writer).await;
-        assert!(!whole);
-        assert_eq!(received, [&b"H\r\n"[..], &body[..]].concat());
+        let file_body = ResponseBody::file(file_of(&body), 50_000);
+        let out = over_tcp(file_writer(b"H\r\n", file_body, 50_000)).await;
+        assert!(!out.whole);
+        assert_eq!(out.received, [&b"H\r\n"[..], &body[..]].concat());
     }
 }
