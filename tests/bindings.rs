@@ -59,17 +59,7 @@ async fn tls_clients_are_served_over_http1_and_http2() {
         (false, http::Version::HTTP_11),
         (true, http::Version::HTTP_2),
     ] {
-        let builder = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(client_config(&cert))
-            .https_only();
-        let connector = if http2 {
-            builder.enable_http2().build()
-        } else {
-            builder.enable_http1().build()
-        };
-        let client = Client::builder(TokioExecutor::new())
-            .http2_only(http2)
-            .build::<_, Empty<Bytes>>(connector);
+        let client = https_client(&cert, http2);
         let response = client.get(url.parse().unwrap()).await.unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(response.version(), version, "ALPN did not pick {version:?}");
@@ -85,6 +75,61 @@ async fn tls_clients_are_served_over_http1_and_http2() {
     )
     .await;
     assert!(!String::from_utf8_lossy(&plain).contains("200 OK"));
+}
+
+/// A client of TLS with `cert` trusted, speaking only HTTP/2 or only HTTP/1.1.
+fn https_client(
+    cert: &TestCert,
+    http2: bool,
+) -> Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Empty<Bytes>,
+> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_config(cert))
+        .https_only();
+    let connector = if http2 {
+        builder.enable_http2().build()
+    } else {
+        builder.enable_http1().build()
+    };
+    Client::builder(TokioExecutor::new())
+        .http2_only(http2)
+        .build(connector)
+}
+
+/// A pass-through call's origin fields travel as wire lines to the HTTP/1.1 writer; the
+/// HTTP/2 server writes from the header map: both must give the client the same fields.
+#[tokio::test]
+async fn pass_through_fields_reach_http1_and_http2_clients() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let cert = test_cert("relay");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n\
+         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
+        cert.dir.join("cert.pem").display().to_string(),
+        cert.dir.join("key.pem").display().to_string(),
+    );
+    let wharf = start_wharf(&toml).await;
+    let origin = testbed.url("/headers?etag=%22v7%22&content-type=text%2Fx-relay&x-secret=1");
+    let url = format!(
+        "https://localhost:{}/proxy?url={}",
+        wharf.addr.port(),
+        encode(&origin)
+    );
+    for http2 in [false, true] {
+        let response = https_client(&cert, http2)
+            .get(url.parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "http2: {http2}");
+        let headers = response.headers();
+        assert_eq!(headers["etag"], "\"v7\"", "http2: {http2}");
+        assert_eq!(headers["content-type"], "text/x-relay", "http2: {http2}");
+        assert_eq!(headers["x-cache"], "bypass", "http2: {http2}");
+        assert!(headers.get("x-secret").is_none(), "http2: {http2}");
+        assert_eq!(headers.get_all("date").iter().count(), 1, "http2: {http2}");
+    }
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+use wharf_http1::relay::RelayedFields;
 
 use crate::body::{guard_body, ResponseBody};
 use crate::call::ClientAddr;
@@ -72,7 +73,16 @@ pub(crate) async fn dispatch_h2(
     } else {
         dispatcher.call(request).await
     };
-    Ok(guard_body(response, on_session))
+    Ok(guard_body(with_relayed_in_map(response), on_session))
+}
+
+/// HTTP/2 writes its head from the map (hyper): header lines a service relayed as they came
+/// ([`RelayedFields`], written as they are by the HTTP/1.1 writer) go into it.
+fn with_relayed_in_map(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
+    if let Some(relayed) = response.extensions_mut().remove::<RelayedFields>() {
+        relayed.append_to(response.headers_mut());
+    }
+    response
 }
 
 /// Size of the request head as the header list HTTP/2 would count it.

@@ -36,6 +36,16 @@ pub(crate) fn slice_of(copy: &Bytes, buf: &[u8], part: &[u8]) -> Bytes {
 /// The declared content-length: every value of every line must be the same decimal number
 /// (RFC 9110 §8.6 allows `5, 5`); several equal values become one line. `None` when absent.
 pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, MessageError> {
+    let mut lines = headers.get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = lines.next() else {
+        return Ok(None);
+    };
+    // One line of plain digits: nearly every message, read without splitting.
+    if let Some(len) = parse_content_length(first.as_bytes()) {
+        if lines.next().is_none() {
+            return Ok(Some(len));
+        }
+    }
     let mut declared: Option<u64> = None;
     let mut lines = 0;
     let mut listed = false;
@@ -43,7 +53,7 @@ pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Mes
         lines += 1;
         listed |= value.as_bytes().contains(&b',');
         for part in value.as_bytes().split(|&b| b == b',') {
-            let len = parse_length(part.trim_ascii()).ok_or_else(|| {
+            let len = parse_content_length(part.trim_ascii()).ok_or_else(|| {
                 MessageError::Framing(format!(
                     "content-length {:?}",
                     String::from_utf8_lossy(value.as_bytes())
@@ -65,12 +75,15 @@ pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Mes
     Ok(declared)
 }
 
-/// A content-length: 1 to 19 decimal digits (no sign, no spaces).
-fn parse_length(text: &[u8]) -> Option<u64> {
-    if text.is_empty() || text.len() > 19 || !text.iter().all(u8::is_ascii_digit) {
+/// A content-length value: 1 to 19 decimal digits (no sign, no spaces; 19 digits always
+/// fit a `u64`).
+pub fn parse_content_length(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || text.len() > 19 {
         return None;
     }
-    std::str::from_utf8(text).ok()?.parse().ok()
+    text.iter().try_fold(0u64, |len, &b| {
+        b.is_ascii_digit().then(|| len * 10 + u64::from(b - b'0'))
+    })
 }
 
 /// Checks `transfer-encoding`: present means it must be exactly one `chunked` coding over

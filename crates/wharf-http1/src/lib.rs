@@ -9,6 +9,7 @@
 //!   and written by the server ([`response::encode_response_head`]);
 //! - [`chunked`]: the chunked coding, decoded in place ([`chunked::ChunkedDecoder`]);
 //! - [`recycle`]: header maps kept per thread between messages;
+//! - [`relay`]: response fields kept as wire lines for a proxy that only passes them on;
 //! - [`MessageError`]: what is wrong with a message, for a 400/431 or a 502.
 //!
 //! Parsing is `httparse`'s (hyper's own parser); every header value of a parsed head points
@@ -18,10 +19,12 @@ pub mod chunked;
 mod error;
 mod fields;
 pub mod recycle;
+pub mod relay;
 pub mod request;
 pub mod response;
 
 pub use error::MessageError;
+pub use fields::parse_content_length;
 
 /// Appends `value` in decimal to `out`, without allocating.
 pub fn write_decimal(value: u64, out: &mut Vec<u8>) {

@@ -8,6 +8,7 @@ use http::{Method, StatusCode, Version};
 
 use crate::error::MessageError;
 use crate::fields::{connection_persists, content_length, header_map, is_chunked};
+use crate::relay::{relay_fields, HeadFields, RelayedFields};
 
 /// Largest response head accepted (status line and headers).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -34,8 +35,11 @@ pub struct ParsedHead {
     pub status: StatusCode,
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
-    /// The header fields.
+    /// The header fields: all of them, or with [`HeadFields::Relay`] the framing and
+    /// connection fields only.
     pub headers: HeaderMap,
+    /// With [`HeadFields::Relay`], the relayed fields' lines.
+    pub relayed: Option<RelayedFields>,
     /// How the body is delimited.
     pub framing: Framing,
     /// The connection may carry another request once this body is read.
@@ -53,8 +57,13 @@ pub enum HeadParse {
     Complete(usize, ParsedHead),
 }
 
-/// Parses a response head from the front of `buf` (the answer to a `method` request).
-pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<HeadParse, MessageError> {
+/// Parses a response head from the front of `buf` (the answer to a `method` request),
+/// keeping its header `fields` as asked.
+pub fn parse_response_head(
+    buf: &[u8],
+    method: &Method,
+    fields: HeadFields,
+) -> Result<HeadParse, MessageError> {
     // Uninitialised slots, as in `parse_request_head`: no 4 KiB of zeroing per parse.
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
@@ -97,7 +106,13 @@ pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<HeadParse, Mes
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    let (_head, mut headers) = header_map(buf, len, response.headers)?;
+    let (mut headers, relayed) = match fields {
+        HeadFields::All => (header_map(buf, len, response.headers)?.1, None),
+        HeadFields::Relay(names) => {
+            let (headers, lines) = relay_fields(len, response.headers, names)?;
+            (headers, Some(lines))
+        }
+    };
     let (framing, mut keep_alive) = framing(method, status, version, &mut headers)?;
     keep_alive &= connection_persists(version, &headers);
     Ok(HeadParse::Complete(
@@ -106,6 +121,7 @@ pub fn parse_response_head(buf: &[u8], method: &Method) -> Result<HeadParse, Mes
             status,
             version,
             headers,
+            relayed,
             framing,
             keep_alive,
         },
@@ -166,10 +182,12 @@ pub enum ConnectionOption {
 }
 
 /// Writes `HTTP/1.1 status reason`, the headers (minus the framing and connection fields,
-/// which the server writes itself), `date` when the headers have none, and the blank line.
+/// which the server writes itself), the `relayed` lines, `date` when neither has one, and
+/// the blank line.
 pub fn encode_response_head(
     status: StatusCode,
     headers: &HeaderMap,
+    relayed: Option<&RelayedFields>,
     framing: ResponseFraming,
     connection: ConnectionOption,
     date: &[u8],
@@ -194,6 +212,10 @@ pub fn encode_response_head(
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(relayed) = relayed {
+        has_date |= relayed.has_date();
+        out.extend_from_slice(relayed.as_bytes());
     }
     let length = match framing {
         ResponseFraming::NoBody { content_length } => content_length,
@@ -227,7 +249,7 @@ mod tests {
     use super::*;
 
     fn parse(wire: &str) -> Result<HeadParse, MessageError> {
-        parse_response_head(wire.as_bytes(), &Method::GET)
+        parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::All)
     }
 
     fn complete(wire: &str) -> ParsedHead {
@@ -314,6 +336,7 @@ mod tests {
         let head = parse_response_head(
             b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n",
             &Method::HEAD,
+            HeadFields::All,
         );
         assert!(matches!(
             head,
@@ -424,6 +447,38 @@ mod tests {
     }
 
     #[test]
+    fn relayed_lines_follow_the_map_and_may_bring_the_date() {
+        let wire = "HTTP/1.1 200 OK\r\nETag: \"e\"\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+                    content-length: 2\r\nx-other: 1\r\n\r\n";
+        let parsed = match parse_response_head(
+            wire.as_bytes(),
+            &Method::GET,
+            HeadFields::Relay(&["etag", "date"]),
+        ) {
+            Ok(HeadParse::Complete(_, parsed)) => parsed,
+            other => panic!("{other:?}"),
+        };
+        let mut headers = parsed.headers;
+        headers.insert("x-cache", http::HeaderValue::from_static("bypass"));
+        let mut out = Vec::new();
+        encode_response_head(
+            StatusCode::OK,
+            &headers,
+            parsed.relayed.as_ref(),
+            ResponseFraming::Length(2),
+            ConnectionOption::Default,
+            b"Mon, 07 Nov 1994 00:00:00 GMT",
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nx-cache: bypass\r\netag: \"e\"\r\n\
+             date: Sun, 06 Nov 1994 08:49:37 GMT\r\ncontent-length: 2\r\n\r\n",
+            "the relayed date, not a second one"
+        );
+    }
+
+    #[test]
     fn response_heads_for_clients() {
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -442,6 +497,7 @@ mod tests {
         encode_response_head(
             StatusCode::OK,
             &headers,
+            None,
             ResponseFraming::Length(5),
             ConnectionOption::Default,
             b"Sun, 06 Nov 1994 08:49:37 GMT",
@@ -455,6 +511,7 @@ mod tests {
         encode_response_head(
             StatusCode::BAD_GATEWAY,
             &HeaderMap::new(),
+            None,
             ResponseFraming::Chunked,
             ConnectionOption::Close,
             b"",
@@ -468,6 +525,7 @@ mod tests {
         encode_response_head(
             StatusCode::NOT_MODIFIED,
             &HeaderMap::new(),
+            None,
             ResponseFraming::NoBody {
                 content_length: None,
             },

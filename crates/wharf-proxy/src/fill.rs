@@ -24,6 +24,7 @@ use wharf_cache::{
     SharedTier, WaitOutcome,
 };
 use wharf_host::metrics::UpstreamMetrics;
+use wharf_upstream::HeadFields;
 
 use crate::body::OriginBody;
 use crate::error::ProxyError;
@@ -234,7 +235,7 @@ impl FillJob {
     ) -> Result<Option<Arc<ResponseHead>>, ProxyError> {
         let fetched = self
             .origin
-            .fetch(&self.target, deadline, self.total_timeout)
+            .fetch(&self.target, HeadFields::All, deadline, self.total_timeout)
             .await;
         self.upstream_metrics
             .record(crate::service::upstream_outcome(&fetched));

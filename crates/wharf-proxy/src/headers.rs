@@ -6,16 +6,17 @@ use http::StatusCode;
 
 /// Headers relayed from the origin (SPEC §3), plus `location` so that
 /// redirects are relayed intact. Everything else, hop-by-hop headers
-/// included, stays behind.
-const RELAYED: [HeaderName; 8] = [
-    header::CONTENT_TYPE,
-    header::CONTENT_LENGTH,
-    header::CONTENT_ENCODING,
-    header::ETAG,
-    header::LAST_MODIFIED,
-    header::CACHE_CONTROL,
-    header::LOCATION,
-    header::EXPIRES,
+/// included, stays behind. Lower-case names: the form the upstream client's relay mode
+/// matches a head's fields with (`wharf_upstream::HeadFields::Relay`).
+pub(crate) static RELAYED: [&str; 8] = [
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "etag",
+    "last-modified",
+    "cache-control",
+    "location",
+    "expires",
 ];
 
 /// Removes from `headers` every header the client does not get, in place: what is left is
@@ -24,7 +25,11 @@ const RELAYED: [HeaderName; 8] = [
 pub fn keep_relayed(headers: &mut HeaderMap) {
     // Quadratic in the count of names, which the head parser bounds (a handful in practice);
     // no list of names to remove is allocated.
-    while let Some(name) = headers.keys().find(|name| !RELAYED.contains(name)).cloned() {
+    while let Some(name) = headers
+        .keys()
+        .find(|name| !RELAYED.contains(&name.as_str()))
+        .cloned()
+    {
         headers.remove(&name);
     }
 }
@@ -32,9 +37,9 @@ pub fn keep_relayed(headers: &mut HeaderMap) {
 /// The subset of `origin` headers the client gets.
 pub fn relayed_headers(origin: &HeaderMap) -> HeaderMap {
     let mut relayed = HeaderMap::with_capacity(RELAYED.len() + 3);
-    for name in &RELAYED {
+    for name in RELAYED {
         for value in origin.get_all(name) {
-            relayed.append(name.clone(), value.clone());
+            relayed.append(HeaderName::from_static(name), value.clone());
         }
     }
     relayed

@@ -17,7 +17,7 @@ use tracing::debug;
 use url::Url;
 use wharf_config::ProxyConfig;
 use wharf_upstream::{
-    Checkout, ConnectPermit, Connection, PoolLimits, PoolShards, PoolSlot, ResponseBody,
+    Checkout, ConnectPermit, Connection, HeadFields, PoolLimits, PoolShards, PoolSlot, ResponseBody,
 };
 
 use crate::connector::{ConnectError, GuardedConnector};
@@ -81,12 +81,13 @@ impl Origin {
         }
     }
 
-    /// Sends `GET target` and waits for the response head: at most `first_byte_timeout`
-    /// (which includes connecting), and never past `deadline` (the call's `total_timeout`,
-    /// which then is what the error reports).
+    /// Sends `GET target` and waits for the response head, keeping its header `fields` as
+    /// asked: at most `first_byte_timeout` (which includes connecting), and never past
+    /// `deadline` (the call's `total_timeout`, which then is what the error reports).
     pub(crate) async fn fetch(
         &self,
         target: &Target,
+        fields: HeadFields,
         deadline: Instant,
         total_timeout: Duration,
     ) -> Result<Response<ResponseBody>, ProxyError> {
@@ -97,7 +98,7 @@ impl Origin {
         } else {
             (first_byte, self.inner.first_byte_timeout)
         };
-        match tokio::time::timeout_at(due, self.exchange(target)).await {
+        match tokio::time::timeout_at(due, self.exchange(target, fields)).await {
             Ok(result) => result,
             Err(_elapsed) => Err(ProxyError::OriginTimeout {
                 origin: target.label.clone(),
@@ -107,7 +108,11 @@ impl Origin {
         }
     }
 
-    async fn exchange(&self, target: &Target) -> Result<Response<ResponseBody>, ProxyError> {
+    async fn exchange(
+        &self,
+        target: &Target,
+        fields: HeadFields,
+    ) -> Result<Response<ResponseBody>, ProxyError> {
         // Matched on a temporary, not a named local: a local would keep its storage (88
         // bytes) in this future's state through every await below. A new connection's
         // exchange is boxed for the same reason: the match's temporary lives through it.
@@ -122,13 +127,14 @@ impl Origin {
         let (slot, connection) = match checkout {
             Checkout::Idle(slot, connection) => (slot, connection),
             Checkout::Connect(slot, permit) => {
-                return Box::pin(self.exchange_fresh(target, slot, Some(permit))).await
+                return Box::pin(self.exchange_fresh(target, fields, slot, Some(permit))).await
             }
         };
         // The outcome is taken apart in the same statement: a `Result` kept in a local would
         // stay in this future's state (264 bytes for every call in flight) across the retry.
         let failure = match connection
             .send_encoded(&target.request, Some(slot.clone()))
+            .keeping(fields)
             .await
         {
             Ok(response) => return Ok(response),
@@ -141,7 +147,7 @@ impl Origin {
         // on a new connection (a new one is never stale). Boxed: it is rare.
         debug!(origin = %target.label, error = %failure.error, "pooled origin connection was closed; reconnecting");
         drop(failure);
-        Box::pin(self.exchange_fresh(target, slot, None)).await
+        Box::pin(self.exchange_fresh(target, fields, slot, None)).await
     }
 
     /// The exchange on a new connection; `permit` (one of the origin's connect slots) is
@@ -150,6 +156,7 @@ impl Origin {
     async fn exchange_fresh(
         &self,
         target: &Target,
+        fields: HeadFields,
         slot: PoolSlot,
         permit: Option<ConnectPermit>,
     ) -> Result<Response<ResponseBody>, ProxyError> {
@@ -160,6 +167,7 @@ impl Origin {
         let connection = connected?;
         connection
             .send_encoded(&target.request, Some(slot))
+            .keeping(fields)
             .await
             .map_err(|failure| self.unavailable(target, &failure.error))
     }

@@ -17,12 +17,13 @@ use wharf_host::error::json_error;
 use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
 use wharf_host::service::CallFuture;
 use wharf_host::{CallContext, HostService, Phase, RequestBody, ResponseBody};
+use wharf_upstream::HeadFields;
 
 use crate::body::{from_entry, from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
 use crate::fill::{FillJob, FillSource};
-use crate::headers::keep_relayed;
+use crate::headers::{keep_relayed, RELAYED};
 use crate::origin::Origin;
 use crate::request::RawQuery;
 use crate::target::{Target, TargetMemo};
@@ -350,7 +351,12 @@ impl Inner {
         let (parts, incoming) = {
             let fetched = self
                 .origin
-                .fetch(&target, deadline, self.total_timeout)
+                .fetch(
+                    &target,
+                    HeadFields::Relay(&RELAYED),
+                    deadline,
+                    self.total_timeout,
+                )
                 .await;
             self.upstream_metrics.record(upstream_outcome(&fetched));
             fetched?.into_parts()
@@ -367,9 +373,12 @@ impl Inner {
         body.as_mut().read_first_frame().await?;
         let mut response = Response::new(relay(body));
         *response.status_mut() = parts.status;
+        // The relayed fields came as lines (in the extensions, written as they are); the map
+        // has the framing and connection fields, of which only `content-length` is relayed.
         let mut headers = parts.headers;
         keep_relayed(&mut headers);
         *response.headers_mut() = headers;
+        *response.extensions_mut() = parts.extensions;
         response.headers_mut().insert(
             X_CACHE,
             HeaderValue::from_static(CacheResult::Bypass.as_str()),

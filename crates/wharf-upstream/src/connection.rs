@@ -23,6 +23,7 @@ use crate::body::ResponseBody;
 use crate::error::{SendError, UpstreamError};
 use crate::pool::PoolSlot;
 use crate::stream::UpstreamStream;
+use wharf_http1::relay::HeadFields;
 use wharf_http1::request::{encode_request_head, request_framing, RequestFraming};
 use wharf_http1::response::{parse_response_head, HeadParse, ParsedHead};
 
@@ -94,6 +95,8 @@ pub struct Exchange {
     unwritten: Bytes,
     /// The request is HEAD (its response has no body, whatever it says).
     head_request: bool,
+    /// Which response header fields are kept, and how (see [`Exchange::relaying`]).
+    fields: HeadFields,
     slot: Option<PoolSlot>,
     /// The connection came from a pool (a failure before any answer is then stale).
     reused: bool,
@@ -134,7 +137,7 @@ impl Future for Exchange {
         } else {
             &Method::GET
         };
-        let parsed = ready!(connection.poll_head(cx, method, &mut this.received));
+        let parsed = ready!(connection.poll_head(cx, method, this.fields, &mut this.received));
         let Some(connection) = this.connection.take() else {
             return Poll::Pending;
         };
@@ -149,6 +152,16 @@ impl Future for Exchange {
 }
 
 impl Exchange {
+    /// Which response header fields to keep, and how (all, in the map, unless told). With
+    /// [`HeadFields::Relay`] the response's map holds only the framing and connection
+    /// fields and its extensions a [`wharf_http1::relay::RelayedFields`], which an HTTP/1.1
+    /// server writes as it is: for a caller that passes a fixed set of fields on and reads
+    /// none of the others.
+    pub fn keeping(mut self, fields: HeadFields) -> Self {
+        self.fields = fields;
+        self
+    }
+
     /// Writing the request failed: the connection is closed.
     fn fail(&mut self, error: io::Error) -> SendError {
         self.connection = None;
@@ -285,6 +298,7 @@ impl Connection {
             connection: Some(self),
             unwritten: request.bytes.clone(),
             head_request: request.method == Method::HEAD,
+            fields: HeadFields::All,
             slot,
             writing: true,
             received: 0,
@@ -301,7 +315,7 @@ impl Connection {
         slot: Option<PoolSlot>,
     ) -> Result<Response<ResponseBody>, SendError> {
         let mut received = self.buf.len();
-        let parsed = poll_fn(|cx| self.poll_head(cx, method, &mut received)).await;
+        let parsed = poll_fn(|cx| self.poll_head(cx, method, HeadFields::All, &mut received)).await;
         match parsed {
             Ok(parsed) => Ok(self.respond(parsed, keep_alive_allowed, slot)),
             Err(error) => {
@@ -323,6 +337,9 @@ impl Connection {
         *response.status_mut() = parsed.status;
         *response.version_mut() = parsed.version;
         *response.headers_mut() = std::mem::take(&mut parsed.headers);
+        if let Some(relayed) = parsed.relayed.take() {
+            response.extensions_mut().insert(relayed);
+        }
         let body = ResponseBody::new(self, parsed.framing, parsed.keep_alive, slot);
         response.map(|()| body)
     }
@@ -434,10 +451,11 @@ impl Connection {
         &mut self,
         cx: &mut Context<'_>,
         method: &Method,
+        fields: HeadFields,
         received: &mut usize,
     ) -> Poll<Result<ParsedHead, UpstreamError>> {
         loop {
-            match parse_response_head(&self.buf, method) {
+            match parse_response_head(&self.buf, method, fields) {
                 Ok(HeadParse::Partial) => {}
                 Ok(HeadParse::Interim(len)) => {
                     self.buf.advance(len);

@@ -22,6 +22,7 @@ use http_body::Body;
 use tokio::io::AsyncWrite;
 use tokio::time::Sleep;
 use tracing::debug;
+use wharf_http1::relay::RelayedFields;
 use wharf_http1::response::{encode_response_head, ConnectionOption, ResponseFraming};
 
 use super::body::{BodyFeed, FeedStep};
@@ -84,7 +85,8 @@ impl<S: Transport> Conn<S> {
         info: &RequestInfo,
         feed: &Option<BodyFeed>,
     ) -> (MessageWriter, bool) {
-        let (parts, body) = response.into_parts();
+        let (mut parts, body) = response.into_parts();
+        let relayed = parts.extensions.remove::<RelayedFields>();
         let status = parts.status;
         let request_body_broken = feed
             .as_ref()
@@ -126,7 +128,15 @@ impl<S: Transport> Conn<S> {
         };
         let mut head = Vec::with_capacity(256 + small_body);
         with_http_date(|date| {
-            encode_response_head(status, &parts.headers, framing, connection, date, &mut head);
+            encode_response_head(
+                status,
+                &parts.headers,
+                relayed.as_ref(),
+                framing,
+                connection,
+                date,
+                &mut head,
+            );
         });
         // The head is encoded: its map serves the next head parsed on this thread.
         wharf_http1::recycle::recycle(parts.headers);
@@ -176,11 +186,7 @@ impl<S: Transport> Conn<S> {
 
 /// The response's own `content-length`, when it has a valid one.
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    let value = headers.get(header::CONTENT_LENGTH)?.to_str().ok()?;
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    value.parse().ok()
+    wharf_http1::parse_content_length(headers.get(header::CONTENT_LENGTH)?.as_bytes())
 }
 
 /// A response on its way out: the encoded head, then body frames gathered into one vectored
