@@ -27,6 +27,7 @@
 
 mod body;
 mod date;
+mod heads;
 mod read;
 mod spare;
 mod transport;

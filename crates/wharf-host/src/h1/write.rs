@@ -126,7 +126,7 @@ impl<S: Transport> Conn<S> {
             Some(len) if !no_body && len <= COPY_SMALL as u64 => len as usize,
             _ => 0,
         };
-        let mut head = Vec::with_capacity(256 + small_body);
+        let mut head = super::heads::take(256 + small_body);
         with_http_date(|date| {
             encode_response_head(
                 status,
@@ -215,6 +215,12 @@ pub(super) struct MessageWriter {
     /// Running while writes make no progress (the client does not read).
     stall: Option<Pin<Box<Sleep>>>,
     idle_timeout: Duration,
+}
+
+impl Drop for MessageWriter {
+    fn drop(&mut self) {
+        super::heads::give(std::mem::take(&mut self.head));
+    }
 }
 
 impl MessageWriter {
