@@ -33,30 +33,82 @@ pub(crate) fn slice_of(copy: &Bytes, buf: &[u8], part: &[u8]) -> Bytes {
     copy.slice(start..start + part.len())
 }
 
+/// A field that decides a message's framing or persistence: read by the parsers, never
+/// relayed as it came.
+#[derive(Clone, Copy)]
+pub(crate) enum FramingField {
+    ContentLength,
+    TransferEncoding,
+    Connection,
+}
+
+impl FramingField {
+    pub(crate) const ALL: [FramingField; 3] = [
+        FramingField::ContentLength,
+        FramingField::TransferEncoding,
+        FramingField::Connection,
+    ];
+
+    pub(crate) fn name(self) -> HeaderName {
+        match self {
+            FramingField::ContentLength => header::CONTENT_LENGTH,
+            FramingField::TransferEncoding => header::TRANSFER_ENCODING,
+            FramingField::Connection => header::CONNECTION,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FramingField::ContentLength => "content-length",
+            FramingField::TransferEncoding => "transfer-encoding",
+            FramingField::Connection => "connection",
+        }
+    }
+}
+
 /// The declared content-length: every value of every line must be the same decimal number
 /// (RFC 9110 §8.6 allows `5, 5`); several equal values become one line. `None` when absent.
 pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, MessageError> {
-    let mut lines = headers.get_all(header::CONTENT_LENGTH).iter();
-    let Some(first) = lines.next() else {
+    let declared = declared_content_length(values(headers, header::CONTENT_LENGTH))?;
+    Ok(declared.map(|(len, one_line)| {
+        if !one_line {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        }
+        len
+    }))
+}
+
+/// The byte values of `name`'s lines in `headers`, as often as asked for.
+fn values<'a>(headers: &'a HeaderMap, name: HeaderName) -> impl Fn() -> ValueBytes<'a> + 'a {
+    move || headers.get_all(&name).iter().map(HeaderValue::as_bytes)
+}
+
+/// The byte values of a field's lines in a map.
+type ValueBytes<'a> =
+    std::iter::Map<http::header::ValueIter<'a, HeaderValue>, fn(&'a HeaderValue) -> &'a [u8]>;
+
+/// [`content_length`]'s rules over the `content-length` lines' values, wherever they are
+/// held: the length, and whether it came as one line of one value.
+pub(crate) fn declared_content_length<'a, I: Iterator<Item = &'a [u8]>>(
+    lines: impl Fn() -> I,
+) -> Result<Option<(u64, bool)>, MessageError> {
+    let mut first_lines = lines();
+    let Some(first) = first_lines.next() else {
         return Ok(None);
     };
     // One line of plain digits: nearly every message, read without splitting.
-    if let Some(len) = parse_content_length(first.as_bytes()) {
-        if lines.next().is_none() {
-            return Ok(Some(len));
+    if let Some(len) = parse_content_length(first) {
+        if first_lines.next().is_none() {
+            return Ok(Some((len, true)));
         }
     }
     let mut declared: Option<u64> = None;
-    let mut lines = 0;
-    let mut listed = false;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        lines += 1;
-        listed |= value.as_bytes().contains(&b',');
-        for part in value.as_bytes().split(|&b| b == b',') {
+    for value in lines() {
+        for part in value.split(|&b| b == b',') {
             let len = parse_content_length(part.trim_ascii()).ok_or_else(|| {
                 MessageError::Framing(format!(
                     "content-length {:?}",
-                    String::from_utf8_lossy(value.as_bytes())
+                    String::from_utf8_lossy(value)
                 ))
             })?;
             if declared.is_some_and(|earlier| earlier != len) {
@@ -67,12 +119,7 @@ pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Mes
             declared = Some(len);
         }
     }
-    if let Some(len) = declared {
-        if lines > 1 || listed {
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-        }
-    }
-    Ok(declared)
+    Ok(declared.map(|len| (len, false)))
 }
 
 /// A content-length value: 1 to 19 decimal digits (no sign, no spaces; 19 digits always
@@ -89,7 +136,15 @@ pub fn parse_content_length(text: &[u8]) -> Option<u64> {
 /// Checks `transfer-encoding`: present means it must be exactly one `chunked` coding over
 /// all lines, in HTTP/1.1. Returns whether the field is present.
 pub(crate) fn is_chunked(headers: &HeaderMap, version: Version) -> Result<bool, MessageError> {
-    if !headers.contains_key(header::TRANSFER_ENCODING) {
+    chunked_coding(values(headers, header::TRANSFER_ENCODING), version)
+}
+
+/// [`is_chunked`]'s rules over the `transfer-encoding` lines' values.
+pub(crate) fn chunked_coding<'a, I: Iterator<Item = &'a [u8]>>(
+    lines: impl Fn() -> I,
+    version: Version,
+) -> Result<bool, MessageError> {
+    if lines().next().is_none() {
         return Ok(false);
     }
     if version == Version::HTTP_10 {
@@ -97,10 +152,8 @@ pub(crate) fn is_chunked(headers: &HeaderMap, version: Version) -> Result<bool, 
             "transfer-encoding in an HTTP/1.0 message".to_owned(),
         ));
     }
-    let mut codings = headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+    let mut codings = lines()
+        .flat_map(|value| value.split(|&b| b == b','))
         .map(<[u8]>::trim_ascii)
         .filter(|coding| !coding.is_empty());
     let only_chunked = codings
@@ -119,10 +172,15 @@ pub(crate) fn is_chunked(headers: &HeaderMap, version: Version) -> Result<bool, 
 /// Keep-alive by the `connection` field: HTTP/1.1 persists unless `close`; HTTP/1.0 only with
 /// `keep-alive`.
 pub(crate) fn connection_persists(version: Version, headers: &HeaderMap) -> bool {
+    persists(version, values(headers, header::CONNECTION)())
+}
+
+/// [`connection_persists`]'s rules over the `connection` lines' values.
+pub(crate) fn persists<'a>(version: Version, lines: impl Iterator<Item = &'a [u8]>) -> bool {
     let mut close = false;
     let mut keep_alive = false;
-    for value in headers.get_all(header::CONNECTION) {
-        for option in value.as_bytes().split(|&b| b == b',') {
+    for value in lines {
+        for option in value.split(|&b| b == b',') {
             let option = option.trim_ascii();
             close |= option.eq_ignore_ascii_case(b"close");
             keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");

@@ -9,17 +9,17 @@
 //! after the map's fields ([`crate::response::encode_response_head`]); a server that needs
 //! a map (HTTP/2) merges them back in with [`RelayedFields::append_to`].
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::error::MessageError;
+use crate::fields::FramingField;
 
 /// Which header fields of a response head are kept, and how.
 #[derive(Debug, Clone, Copy)]
 pub enum HeadFields {
     /// Every field, in the head's [`HeaderMap`].
     All,
-    /// Only the fields of these names, as lines in a [`RelayedFields`]; the framing and
-    /// connection fields go to the head's map. Names are given in lower case (as
+    /// Only the fields of these names, as lines in a [`RelayedFields`]; the head's map is
+    /// empty (the framing and connection fields are read, not kept). Names are given in lower case (as
     /// [`HeaderName::as_str`] gives them), matched without regard to case and written as
     /// given. Plain strings, not header names: matching them is a length check and a byte
     /// comparison per listed name, where a header name would be looked up each time.
@@ -68,47 +68,38 @@ impl RelayedFields {
     }
 }
 
-/// Fields that decide framing and persistence: always in the head's map, never relayed.
-const FRAMING: [(&str, HeaderName); 3] = [
-    ("content-length", header::CONTENT_LENGTH),
-    ("transfer-encoding", header::TRANSFER_ENCODING),
-    ("connection", header::CONNECTION),
-];
-
-/// The relay-mode split of a parsed head's fields (`slots`): the framing fields as a map,
-/// the `relayed` ones as lines.
+/// The lines of the `relayed` fields among a parsed head's `slots` (`head_len` bytes).
 pub(crate) fn relay_fields(
     head_len: usize,
     slots: &[httparse::Header<'_>],
     relayed: &[&str],
-) -> Result<(HeaderMap, RelayedFields), MessageError> {
-    let mut headers = crate::recycle::header_map_with_capacity(FRAMING.len());
+) -> RelayedFields {
     let mut lines = Vec::with_capacity(head_len);
     let mut has_date = false;
     for slot in slots {
         let name = slot.name.as_bytes();
-        if let Some((_, framing)) = FRAMING.iter().find(|(known, _)| matches_name(known, name)) {
-            // A copy of the value alone: these are few and short, where the full parse
-            // shares one copy of the whole head among all its values.
-            let value = HeaderValue::from_bytes(slot.value)
-                .map_err(|_| MessageError::Malformed(format!("value of header {framing}")))?;
-            headers.append(framing.clone(), value);
-        } else if let Some(kept) = relayed.iter().find(|known| matches_name(known, name)) {
-            debug_assert!(!kept.bytes().any(|b| b.is_ascii_uppercase()), "{kept}");
-            has_date |= *kept == "date";
-            lines.extend_from_slice(kept.as_bytes());
-            lines.extend_from_slice(b": ");
-            lines.extend_from_slice(slot.value);
-            lines.extend_from_slice(b"\r\n");
+        let Some(kept) = relayed.iter().find(|known| field_is(known, name)) else {
+            continue;
+        };
+        if FramingField::ALL
+            .iter()
+            .any(|field| field.as_str() == *kept)
+        {
+            continue; // read by the parser, stated anew by the server
         }
+        debug_assert!(!kept.bytes().any(|b| b.is_ascii_uppercase()), "{kept}");
+        has_date |= *kept == "date";
+        lines.extend_from_slice(kept.as_bytes());
+        lines.extend_from_slice(b": ");
+        lines.extend_from_slice(slot.value);
+        lines.extend_from_slice(b"\r\n");
     }
-    let lines = RelayedFields { lines, has_date };
-    Ok((headers, lines))
+    RelayedFields { lines, has_date }
 }
 
 /// `wire` (a field name as received) is `known` (lower case), in any case.
 #[inline(always)] // a length check that fails, mostly: not worth a call
-fn matches_name(known: &str, wire: &[u8]) -> bool {
+pub(crate) fn field_is(known: &str, wire: &[u8]) -> bool {
     known.len() == wire.len() && known.as_bytes().eq_ignore_ascii_case(wire)
 }
 
@@ -116,9 +107,11 @@ fn matches_name(known: &str, wire: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::response::{parse_response_head, Framing, HeadParse, ParsedHead};
+    use http::header;
     use http::Method;
 
-    const KEPT: &[&str] = &["content-type", "etag", "date"];
+    // `content-length` is listed as the proxy lists it: it is still never a relayed line.
+    const KEPT: &[&str] = &["content-type", "content-length", "etag", "date"];
 
     fn relayed(wire: &str) -> ParsedHead {
         match parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::Relay(KEPT)) {
@@ -128,7 +121,7 @@ mod tests {
     }
 
     #[test]
-    fn listed_fields_become_lines_and_framing_fields_stay_in_the_map() {
+    fn listed_fields_become_lines_and_framing_fields_are_read_not_kept() {
         let head = relayed(
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Secret: 1\r\nContent-Length: 5\r\n\
              ETag: \"a\"\r\netag: \"b\"\r\nConnection: close\r\nSet-Cookie: s=1\r\n\r\n",
@@ -139,9 +132,7 @@ mod tests {
             "content-type: text/plain\r\netag: \"a\"\r\netag: \"b\"\r\n"
         );
         assert!(!lines.has_date());
-        assert_eq!(head.headers.len(), 2, "{:?}", head.headers);
-        assert_eq!(head.headers[header::CONTENT_LENGTH], "5");
-        assert_eq!(head.headers[header::CONNECTION], "close");
+        assert!(head.headers.is_empty(), "{:?}", head.headers);
         assert_eq!(head.framing, Framing::Length(5));
         assert!(
             !head.keep_alive,
@@ -153,7 +144,10 @@ mod tests {
     fn relay_mode_refuses_what_the_full_parse_refuses() {
         for wire in [
             "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n",
             "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+            "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
         ] {
             assert!(
                 parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::Relay(KEPT))
@@ -164,8 +158,22 @@ mod tests {
         let chunked =
             relayed("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 9\r\n\r\n");
         assert_eq!(chunked.framing, Framing::Chunked);
-        assert!(!chunked.keep_alive);
-        assert!(!chunked.headers.contains_key(header::CONTENT_LENGTH));
+        assert!(
+            !chunked.keep_alive,
+            "a length beside the coding closes the connection"
+        );
+        let listed = relayed("HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\n\r\n");
+        assert_eq!(
+            (listed.framing, listed.keep_alive),
+            (Framing::Length(5), true)
+        );
+        let old = relayed("HTTP/1.0 200 OK\r\ncontent-length: 1\r\nConnection: Keep-Alive\r\n\r\n");
+        assert_eq!((old.framing, old.keep_alive), (Framing::Length(1), true));
+        let until_close = relayed("HTTP/1.1 200 OK\r\netag: \"x\"\r\n\r\n");
+        assert_eq!(
+            (until_close.framing, until_close.keep_alive),
+            (Framing::UntilClose, false)
+        );
     }
 
     #[test]

@@ -3,12 +3,12 @@
 
 use std::mem::MaybeUninit;
 
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use crate::error::MessageError;
-use crate::fields::{connection_persists, content_length, header_map, is_chunked};
-use crate::relay::{relay_fields, HeadFields, RelayedFields};
+use crate::fields::{chunked_coding, declared_content_length, header_map, persists, FramingField};
+use crate::relay::{field_is, relay_fields, HeadFields, RelayedFields};
 
 /// Largest response head accepted (status line and headers).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -106,15 +106,31 @@ pub fn parse_response_head(
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    let (mut headers, relayed) = match fields {
-        HeadFields::All => (header_map(buf, len, response.headers)?.1, None),
+    let (headers, relayed, framing, keep_alive) = match fields {
+        HeadFields::All => {
+            let (_head, mut headers) = header_map(buf, len, response.headers)?;
+            let (framing, keep_alive) = framing(method, status, version, &mut headers)?;
+            (headers, None, framing, keep_alive)
+        }
         HeadFields::Relay(names) => {
-            let (headers, lines) = relay_fields(len, response.headers, names)?;
-            (headers, Some(lines))
+            let slots = &*response.headers;
+            let values = |field: FramingField| {
+                slots
+                    .iter()
+                    .filter(move |slot| field_is(field.as_str(), slot.name.as_bytes()))
+                    .map(|slot| slot.value)
+            };
+            let (framing, keep_alive, _) = decide_framing(method, status, version, values)?;
+            // The map is empty: the client side takes the framing from the body's size.
+            let headers = crate::recycle::header_map_with_capacity(0);
+            (
+                headers,
+                Some(relay_fields(len, slots, names)),
+                framing,
+                keep_alive,
+            )
         }
     };
-    let (framing, mut keep_alive) = framing(method, status, version, &mut headers)?;
-    keep_alive &= connection_persists(version, &headers);
     Ok(HeadParse::Complete(
         len,
         ParsedHead {
@@ -130,26 +146,70 @@ pub fn parse_response_head(
 
 /// The body's framing (RFC 9112 §6.3), and whether it allows the connection to persist.
 /// A `content-length` next to `transfer-encoding` is removed (the coding wins, and the
-/// connection is closed after, as the RFC asks of intermediaries).
+/// connection is closed after, as the RFC asks of intermediaries); several equal
+/// `content-length` values become one line.
 fn framing(
     method: &Method,
     status: StatusCode,
     version: Version,
     headers: &mut HeaderMap,
 ) -> Result<(Framing, bool), MessageError> {
+    let values = |field: FramingField| {
+        headers
+            .get_all(field.name())
+            .iter()
+            .map(HeaderValue::as_bytes)
+    };
+    let (framing, keep_alive, length_field) = decide_framing(method, status, version, values)?;
+    match length_field {
+        LengthField::AsIs => {}
+        LengthField::Drop => {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        LengthField::OneLine(len) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        }
+    }
+    Ok((framing, keep_alive))
+}
+
+/// What becomes of a head's `content-length` lines once its framing is decided.
+enum LengthField {
+    AsIs,
+    /// Ignored: the body is chunked.
+    Drop,
+    /// Several equal values, to be stated once.
+    OneLine(u64),
+}
+
+/// [`framing`]'s decision from the framing fields' values, wherever they are held:
+/// `values(field)` gives the values of `field`'s lines.
+fn decide_framing<'a, I: Iterator<Item = &'a [u8]>>(
+    method: &Method,
+    status: StatusCode,
+    version: Version,
+    values: impl Fn(FramingField) -> I,
+) -> Result<(Framing, bool, LengthField), MessageError> {
+    let persists = persists(version, values(FramingField::Connection));
     if *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
-        return Ok((Framing::Empty, true));
+        return Ok((Framing::Empty, persists, LengthField::AsIs));
     }
-    if is_chunked(headers, version)? {
-        let had_length = headers.remove(header::CONTENT_LENGTH).is_some();
-        return Ok((Framing::Chunked, !had_length));
+    if chunked_coding(|| values(FramingField::TransferEncoding), version)? {
+        let had_length = values(FramingField::ContentLength).next().is_some();
+        let length_field = if had_length {
+            LengthField::Drop
+        } else {
+            LengthField::AsIs
+        };
+        return Ok((Framing::Chunked, persists && !had_length, length_field));
     }
-    match content_length(headers)? {
-        Some(len) => Ok((Framing::Length(len), true)),
-        None => Ok((Framing::UntilClose, false)),
+    match declared_content_length(|| values(FramingField::ContentLength))? {
+        Some((len, true)) => Ok((Framing::Length(len), persists, LengthField::AsIs)),
+        Some((len, false)) => Ok((Framing::Length(len), persists, LengthField::OneLine(len))),
+        None => Ok((Framing::UntilClose, false, LengthField::AsIs)),
     }
 }
 

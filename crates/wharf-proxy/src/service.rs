@@ -23,7 +23,7 @@ use crate::body::{from_entry, from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
 use crate::fill::{FillJob, FillSource};
-use crate::headers::{keep_relayed, RELAYED};
+use crate::headers::RELAYED;
 use crate::origin::Origin;
 use crate::request::RawQuery;
 use crate::target::{Target, TargetMemo};
@@ -374,10 +374,8 @@ impl Inner {
         let mut response = Response::new(relay(body));
         *response.status_mut() = parts.status;
         // The relayed fields came as lines (in the extensions, written as they are); the map
-        // has the framing and connection fields, of which only `content-length` is relayed.
-        let mut headers = parts.headers;
-        keep_relayed(&mut headers);
-        *response.headers_mut() = headers;
+        // holds none of the origin's fields (the length is the body's).
+        *response.headers_mut() = parts.headers;
         *response.extensions_mut() = parts.extensions;
         response.headers_mut().insert(
             X_CACHE,
