@@ -46,8 +46,11 @@ impl<'q> RawQuery<'q> {
     pub fn parse(query: Option<&'q str>) -> Result<RawQuery<'q>, ProxyError> {
         let mut raw_url = None;
         let mut raw_duration = None;
-        for pair in query.unwrap_or("").split('&') {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        for pair in pairs(query.unwrap_or("")) {
+            let (name, value) = match memchr::memchr(b'=', pair.as_bytes()) {
+                Some(at) => (&pair[..at], &pair[at + 1..]),
+                None => (pair, ""),
+            };
             let (slot, name) = match name {
                 "url" => (&mut raw_url, "url"),
                 "cacheDuration" => (&mut raw_duration, "cacheDuration"),
@@ -80,6 +83,20 @@ impl<'q> RawQuery<'q> {
             source,
         })
     }
+}
+
+/// The `&`-separated pieces of `query`, found with `memchr` (`&` is ASCII, so each piece is
+/// still a `str`): `str::split`'s `char` searcher cost ~600 instructions a proxy call, most
+/// of it setting up a search per piece, and a plain byte loop ~550 (callgrind, a 1 KiB
+/// pass-through).
+fn pairs(query: &str) -> impl Iterator<Item = &str> {
+    let ends = memchr::memchr_iter(b'&', query.as_bytes()).chain(std::iter::once(query.len()));
+    let mut start = 0;
+    ends.map(move |end| {
+        let pair = &query[start..end];
+        start = end + 1;
+        pair
+    })
 }
 
 /// Whole seconds, up to 10 digits; empty is 0.
@@ -131,6 +148,16 @@ mod tests {
         assert_eq!(request.target.as_str(), "http://example.org/a?b=1");
         assert_eq!(request.cache_duration, 60);
         assert_eq!(request.cache_key(), "http://example.org/a?b=1");
+    }
+
+    #[test]
+    fn query_pieces_split_at_every_ampersand() {
+        let split = |query| pairs(query).collect::<Vec<_>>();
+        assert_eq!(split(""), [""]);
+        assert_eq!(split("a=1"), ["a=1"]);
+        assert_eq!(split("&a=1&&b=é=2&"), ["", "a=1", "", "b=é=2", ""]);
+        let raw = RawQuery::parse(Some("x&&url=http://a.example/?q=1&cacheDuration=7&")).unwrap();
+        assert_eq!((raw.url, raw.cache_duration), ("http://a.example/?q=1", 7));
     }
 
     #[test]
