@@ -1,4 +1,5 @@
-//! Header maps kept per thread between messages, so parsing a head does not allocate one.
+//! Header maps (and extension maps) kept per thread between messages, so parsing a head
+//! does not allocate one.
 //!
 //! A parsed head's [`HeaderMap`] costs two allocations (its index table and its entries).
 //! Whoever is done with a map (the server once a response head is encoded, a service once
@@ -6,10 +7,15 @@
 //! thread takes it, emptied, with its capacity. Bounded: at most [`KEPT_PER_THREAD`] maps
 //! per thread, none with room for more than [`MAX_KEPT_CAPACITY`] fields (the map of a
 //! header flood is freed, not kept). A map not handed back is simply freed.
+//!
+//! The same goes for [`http::Extensions`]: a message's first extension allocates a map and
+//! its table (the host adds the client's address and the call's context to every request;
+//! a relayed response head rides in one), two mallocs and two frees a message.
+//! [`recycle_extensions`] keeps a used one, emptied, and [`extensions`] hands it out again.
 
 use std::cell::RefCell;
 
-use http::HeaderMap;
+use http::{Extensions, HeaderMap};
 
 /// Maps kept per thread: about the responses one worker has in flight at once.
 pub const KEPT_PER_THREAD: usize = 64;
@@ -18,6 +24,7 @@ pub const MAX_KEPT_CAPACITY: usize = 64;
 
 thread_local! {
     static KEPT: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    static KEPT_EXTENSIONS: RefCell<Vec<Extensions>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty map with room for `fields`: a kept one when this thread has one.
@@ -42,6 +49,29 @@ pub fn recycle(mut map: HeaderMap) {
         let mut kept = kept.borrow_mut();
         if kept.len() < KEPT_PER_THREAD {
             kept.push(map);
+        }
+    });
+}
+
+/// An empty extension map: a kept one (its map already allocated) when this thread has one.
+pub fn extensions() -> Extensions {
+    KEPT_EXTENSIONS
+        .with(|kept| kept.borrow_mut().pop())
+        .unwrap_or_default()
+}
+
+/// Keeps `extensions` (emptied: its values are dropped now) for the next message on this
+/// thread, if it holds a map at all, within [`KEPT_PER_THREAD`].
+pub fn recycle_extensions(mut extensions: Extensions) {
+    // An empty one may have no map: nothing worth keeping.
+    if extensions.is_empty() {
+        return;
+    }
+    extensions.clear();
+    KEPT_EXTENSIONS.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.len() < KEPT_PER_THREAD {
+            kept.push(extensions);
         }
     });
 }
@@ -75,6 +105,28 @@ mod tests {
         }
         let kept = KEPT.with(|kept| kept.borrow().len());
         assert_eq!(kept, KEPT_PER_THREAD);
+    }
+
+    #[test]
+    fn recycled_extensions_come_back_empty_and_bounded() {
+        let mut used = extensions();
+        used.insert(7u32);
+        used.insert("stale");
+        recycle_extensions(used);
+        let again = extensions();
+        assert!(again.is_empty(), "a kept map comes back without its values");
+        assert!(again.get::<u32>().is_none());
+        recycle_extensions(again); // empty: not kept
+        assert_eq!(KEPT_EXTENSIONS.with(|kept| kept.borrow().len()), 0);
+        for _ in 0..KEPT_PER_THREAD + 3 {
+            let mut one = Extensions::new();
+            one.insert(1u8);
+            recycle_extensions(one);
+        }
+        assert_eq!(
+            KEPT_EXTENSIONS.with(|kept| kept.borrow().len()),
+            KEPT_PER_THREAD
+        );
     }
 
     #[test]

@@ -262,8 +262,10 @@ impl Inner {
         let target = self.targets.resolve(&raw, &self.policy)?;
         let cache_duration = raw.cache_duration;
         let phases = Phases(request.extensions().get::<CallContext>().cloned());
-        // The call needs nothing more of the request; its header map serves the next one.
-        wharf_host::recycle_header_map(request.into_parts().0.headers);
+        // The call needs nothing more of the request; its maps serve the next one.
+        let parts = request.into_parts().0;
+        wharf_host::recycle_header_map(parts.headers);
+        wharf_host::recycle_extensions(parts.extensions);
         if cache_duration == 0 {
             return Ok(Start::PassThrough(target, phases));
         }

@@ -338,6 +338,7 @@ impl Connection {
         *response.version_mut() = parsed.version;
         *response.headers_mut() = std::mem::take(&mut parsed.headers);
         if let Some(relayed) = parsed.relayed.take() {
+            *response.extensions_mut() = wharf_http1::recycle::extensions();
             response.extensions_mut().insert(relayed);
         }
         let body = ResponseBody::new(self, parsed.framing, parsed.keep_alive, slot);

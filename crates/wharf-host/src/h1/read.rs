@@ -59,6 +59,8 @@ pub(super) fn build_request(
     *request.version_mut() = parsed.version;
     *request.headers_mut() = parsed.headers;
     if let Some(peer) = peer {
+        // A kept map: the call's context goes in it too (see wharf_http1::recycle).
+        *request.extensions_mut() = wharf_http1::recycle::extensions();
         request.extensions_mut().insert(ClientAddr(peer));
     }
     (request, feed)

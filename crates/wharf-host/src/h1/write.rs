@@ -138,8 +138,9 @@ impl<S: Transport> Conn<S> {
                 &mut head,
             );
         });
-        // The head is encoded: its map serves the next head parsed on this thread.
+        // The head is encoded: its maps serve the next messages on this thread.
         wharf_http1::recycle::recycle(parts.headers);
+        wharf_http1::recycle::recycle_extensions(parts.extensions);
         let declared = match framing {
             ResponseFraming::Length(len) => Some(len),
             _ => None,
