@@ -98,10 +98,11 @@ fn https_client(
         .build(connector)
 }
 
-/// A pass-through call's origin fields travel as wire lines to the HTTP/1.1 writer; the
-/// HTTP/2 server writes from the header map: both must give the client the same fields.
+/// A pass-through call's origin fields and a hit's stored ones travel as wire lines to the
+/// HTTP/1.1 writer; the HTTP/2 server writes from the header map: both must give the client
+/// the same fields.
 #[tokio::test]
-async fn pass_through_fields_reach_http1_and_http2_clients() {
+async fn relayed_and_cached_fields_reach_http1_and_http2_clients() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let cert = test_cert("relay");
     let toml = format!(
@@ -129,6 +130,40 @@ async fn pass_through_fields_reach_http1_and_http2_clients() {
         assert_eq!(headers["x-cache"], "bypass", "http2: {http2}");
         assert!(headers.get("x-secret").is_none(), "http2: {http2}");
         assert_eq!(headers.get_all("date").iter().count(), 1, "http2: {http2}");
+        let declared = headers
+            .get("content-length")
+            .map(|value| value.to_str().unwrap().to_owned());
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(!body.is_empty());
+        assert_eq!(
+            declared,
+            Some(body.len().to_string()),
+            "the length comes from the body, http2: {http2}"
+        );
+    }
+    // A cache hit's fields are kept as lines too (once per entry): the same for both.
+    let cached = format!("{url}&cacheDuration=60");
+    for (http2, expected) in [(false, "miss"), (false, "hit"), (true, "hit")] {
+        let response = https_client(&cert, http2)
+            .get(cached.parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "http2: {http2}");
+        let headers = response.headers();
+        assert_eq!(headers["x-cache"], expected, "http2: {http2}");
+        assert_eq!(headers["etag"], "\"v7\"", "http2: {http2}");
+        assert_eq!(headers["content-type"], "text/x-relay", "http2: {http2}");
+        assert!(headers.get("x-secret").is_none(), "http2: {http2}");
+        assert_eq!(headers.get_all("date").iter().count(), 1, "http2: {http2}");
+        if expected == "hit" {
+            assert_eq!(headers["x-cache-tier"], "memory", "http2: {http2}");
+            assert!(headers.contains_key("age"), "http2: {http2}");
+        }
+        let declared = headers
+            .get("content-length")
+            .map(|value| value.to_str().unwrap().to_owned());
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(declared, Some(body.len().to_string()), "http2: {http2}");
     }
 }
 

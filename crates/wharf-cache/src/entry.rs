@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
+use wharf_http1::relay::RelayedFields;
+
 use crate::sealed::{SealedFile, SEALED_FROM};
 
 /// The status and the headers of a response, as they will be relayed.
@@ -53,9 +55,9 @@ pub struct CachedResponse {
     pub stored_at: Instant,
     /// When the entry stops being served.
     pub expires_at: Instant,
-    /// The head as a server answers a hit with it, built once by that server on the first
-    /// hit (its own headers added) and cloned for every hit after.
-    pub served_head: OnceLock<HeaderMap>,
+    /// The head's fields as a server answers a hit with them (its own fields added), as
+    /// wire lines: built once by that server on the first hit, shared by every hit after.
+    pub served_head: OnceLock<RelayedFields>,
 }
 
 impl CachedResponse {

@@ -1,15 +1,19 @@
-//! Response header fields relayed as they came: a pass-through proxy that passes on a
-//! fixed set of an upstream's fields need not build a [`HeaderMap`] of them (a name lookup,
-//! a hash and a validated value per field) only for the server to write them out again.
+//! Response header fields as wire lines, written as they are: a pass-through proxy that
+//! passes on a fixed set of an upstream's fields need not build a [`HeaderMap`] of them (a
+//! name lookup, a hash and a validated value per field) only for the server to write them
+//! out again, and a cache need not clone a stored head's map for every hit.
 //!
 //! [`HeadFields::Relay`] asks the response parser to copy the listed fields' lines into one
-//! buffer, [`RelayedFields`], and to put into the head's map only the fields that decide the
-//! framing and the connection (`content-length`, `transfer-encoding`, `connection`), which
-//! the client side needs and which are never relayed as lines. The server writes the lines
+//! buffer, [`RelayedFields`], and to build no map: the fields that decide the framing and
+//! the connection (`content-length`, `transfer-encoding`, `connection`) are read where they
+//! lie, never kept as lines, and what they say is in the parsed head's framing and
+//! keep-alive (a server states the length from the body's size). [`RelayedFields::from_map`]
+//! encodes a map's fields once, for a head served many times. The server writes the lines
 //! after the map's fields ([`crate::response::encode_response_head`]); a server that needs
 //! a map (HTTP/2) merges them back in with [`RelayedFields::append_to`].
 
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::fields::FramingField;
 
@@ -19,20 +23,21 @@ pub enum HeadFields {
     /// Every field, in the head's [`HeaderMap`].
     All,
     /// Only the fields of these names, as lines in a [`RelayedFields`]; the head's map is
-    /// empty (the framing and connection fields are read, not kept). Names are given in lower case (as
-    /// [`HeaderName::as_str`] gives them), matched without regard to case and written as
-    /// given. Plain strings, not header names: matching them is a length check and a byte
+    /// empty (the framing and connection fields are read, not kept). Names are given in
+    /// lower case (as [`HeaderName::as_str`] gives them), matched without regard to case
+    /// and written as given. Plain strings, not header names: matching them is a length check and a byte
     /// comparison per listed name, where a header name would be looked up each time.
     Relay(&'static [&'static str]),
 }
 
-/// Header lines of an upstream's response, each `name: value\r\n`, to be written as they
-/// are. Built only by the response parser: every name is one the caller listed and never a
-/// framing or connection field, and every value passed the parser's checks (tab, visible
-/// ASCII, space, obs-text: all bytes a [`HeaderValue`] accepts).
+/// Header lines of a response, each `name: value\r\n`, to be written as they are. Built by
+/// the response parser or from a map, never from loose bytes: every name is a field name
+/// and never a framing or connection field, and every value holds only bytes a
+/// [`HeaderValue`] accepts (the parser's checks allow tab, space, visible ASCII and
+/// obs-text). Cloning shares the lines.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelayedFields {
-    lines: Vec<u8>,
+    lines: Bytes,
     has_date: bool,
 }
 
@@ -40,6 +45,30 @@ impl RelayedFields {
     /// The lines, ready for the wire.
     pub fn as_bytes(&self) -> &[u8] {
         &self.lines
+    }
+
+    /// The fields of `headers` as lines, in the map's order, without the framing and
+    /// connection fields (and `keep-alive`), which a server states itself.
+    pub fn from_map(headers: &HeaderMap) -> Self {
+        let written = |name: &HeaderName| {
+            name.as_str() != "keep-alive"
+                && !FramingField::ALL
+                    .iter()
+                    .any(|field| field.as_str() == name.as_str())
+        };
+        let mut lines = Vec::new();
+        let mut has_date = false;
+        for (name, value) in headers.iter().filter(|(name, _)| written(name)) {
+            has_date |= name == header::DATE;
+            lines.extend_from_slice(name.as_str().as_bytes());
+            lines.extend_from_slice(b": ");
+            lines.extend_from_slice(value.as_bytes());
+            lines.extend_from_slice(b"\r\n");
+        }
+        Self {
+            lines: Bytes::from(lines),
+            has_date,
+        }
     }
 
     /// Whether the lines include `date` (the server then writes none of its own).
@@ -68,33 +97,42 @@ impl RelayedFields {
     }
 }
 
-/// The lines of the `relayed` fields among a parsed head's `slots` (`head_len` bytes).
-pub(crate) fn relay_fields(
-    head_len: usize,
-    slots: &[httparse::Header<'_>],
-    relayed: &[&str],
-) -> RelayedFields {
-    let mut lines = Vec::with_capacity(head_len);
+/// The lines of the `relayed` fields among a parsed head's `slots`.
+pub(crate) fn relay_fields(slots: &[httparse::Header<'_>], relayed: &[&str]) -> RelayedFields {
+    // Each slot's listed name, if it is to be a line.
+    let kept = |slot: &httparse::Header<'_>| {
+        relayed
+            .iter()
+            .find(|known| field_is(known, slot.name.as_bytes()))
+            .filter(|known| {
+                !FramingField::ALL
+                    .iter()
+                    .any(|field| field.as_str() == **known)
+            })
+    };
+    // Sized exactly, so the buffer becomes the lines' `Bytes` as it is (no second
+    // allocation for a shared count).
+    let size: usize = slots
+        .iter()
+        .filter_map(|slot| kept(slot).map(|name| name.len() + slot.value.len() + 4))
+        .sum();
+    let mut lines = Vec::with_capacity(size);
     let mut has_date = false;
     for slot in slots {
-        let name = slot.name.as_bytes();
-        let Some(kept) = relayed.iter().find(|known| field_is(known, name)) else {
+        let Some(name) = kept(slot) else {
             continue;
         };
-        if FramingField::ALL
-            .iter()
-            .any(|field| field.as_str() == *kept)
-        {
-            continue; // read by the parser, stated anew by the server
-        }
-        debug_assert!(!kept.bytes().any(|b| b.is_ascii_uppercase()), "{kept}");
-        has_date |= *kept == "date";
-        lines.extend_from_slice(kept.as_bytes());
+        debug_assert!(!name.bytes().any(|b| b.is_ascii_uppercase()), "{name}");
+        has_date |= *name == "date";
+        lines.extend_from_slice(name.as_bytes());
         lines.extend_from_slice(b": ");
         lines.extend_from_slice(slot.value);
         lines.extend_from_slice(b"\r\n");
     }
-    RelayedFields { lines, has_date }
+    RelayedFields {
+        lines: Bytes::from(lines),
+        has_date,
+    }
 }
 
 /// `wire` (a field name as received) is `known` (lower case), in any case.
@@ -174,6 +212,32 @@ mod tests {
             (until_close.framing, until_close.keep_alive),
             (Framing::UntilClose, false)
         );
+    }
+
+    #[test]
+    fn a_map_becomes_lines_without_its_framing_fields() {
+        let mut map = HeaderMap::new();
+        map.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        map.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        map.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        map.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        map.append("x-cache", HeaderValue::from_static("hit"));
+        let lines = RelayedFields::from_map(&map);
+        assert_eq!(
+            std::str::from_utf8(lines.as_bytes()).unwrap(),
+            "content-type: text/plain\r\nx-cache: hit\r\n"
+        );
+        assert!(!lines.has_date());
+        map.insert(
+            header::DATE,
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        let with_date = RelayedFields::from_map(&map);
+        assert!(with_date.has_date());
+        let mut back = HeaderMap::new();
+        with_date.append_to(&mut back);
+        assert_eq!(back.len(), 3);
+        assert_eq!(back[header::DATE], "Sun, 06 Nov 1994 08:49:37 GMT");
     }
 
     #[test]

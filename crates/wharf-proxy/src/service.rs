@@ -17,6 +17,7 @@ use wharf_host::error::json_error;
 use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
 use wharf_host::service::CallFuture;
 use wharf_host::{CallContext, HostService, Phase, RequestBody, ResponseBody};
+use wharf_http1::relay::RelayedFields;
 use wharf_upstream::HeadFields;
 
 use crate::body::{from_entry, from_fill, relay, OriginBody};
@@ -443,27 +444,28 @@ fn fill_error(failure: &FillFailure) -> ProxyError {
     }
 }
 
-/// The answer to a memory hit at `now`. Its head is built once per entry (relayed headers,
-/// `x-cache: hit`, `x-cache-tier: memory`, an `age` slot) and cloned for each hit, with
-/// only `age` set anew: no rehashing, no growth of the map, no formatting for ages under
-/// an hour.
+/// The answer to a memory hit at `now`. Its fields are encoded once per entry (relayed
+/// headers, `x-cache: hit`, `x-cache-tier: memory`) as the lines the server writes, and
+/// shared by every hit; only `age` is set anew, in an otherwise empty map: no map cloned,
+/// no field encoded again, no formatting for ages under an hour.
 fn hit_response(entry: &Arc<CachedResponse>, now: Instant) -> Response<ResponseBody> {
-    let head = entry.served_head.get_or_init(|| {
-        let mut headers = HeaderMap::with_capacity(entry.head.headers.len() + 3);
+    let lines = entry.served_head.get_or_init(|| {
+        let mut headers = HeaderMap::with_capacity(entry.head.headers.len() + 2);
         for (name, value) in &entry.head.headers {
             headers.append(name.clone(), value.clone());
         }
         headers.insert(X_CACHE, HeaderValue::from_static(CacheResult::Hit.as_str()));
         headers.insert(X_CACHE_TIER, HeaderValue::from_static("memory"));
-        headers.insert(header::AGE, HeaderValue::from_static("0"));
-        headers
+        RelayedFields::from_map(&headers)
     });
     let mut response = Response::new(from_entry(entry));
     *response.status_mut() = entry.head.status;
-    *response.headers_mut() = head.clone();
+    *response.headers_mut() = wharf_http1::recycle::header_map_with_capacity(1);
     response
         .headers_mut()
         .insert(header::AGE, age_value(entry.age_secs(now)));
+    *response.extensions_mut() = wharf_http1::recycle::extensions();
+    response.extensions_mut().insert(lines.clone());
     response
 }
 
