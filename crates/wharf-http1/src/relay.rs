@@ -34,17 +34,27 @@ pub enum HeadFields {
 /// the response parser or from a map, never from loose bytes: every name is a field name
 /// and never a framing or connection field, and every value holds only bytes a
 /// [`HeaderValue`] accepts (the parser's checks allow tab, space, visible ASCII and
-/// obs-text). Cloning shares the lines.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// obs-text). Lines built from a map, to be served many times, are shared by clones.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelayedFields {
-    lines: Bytes,
+    lines: Lines,
     has_date: bool,
+}
+
+/// The lines' buffer: a parsed head's own, or shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Lines {
+    Owned(Vec<u8>),
+    Shared(Bytes),
 }
 
 impl RelayedFields {
     /// The lines, ready for the wire.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.lines
+        match &self.lines {
+            Lines::Owned(lines) => lines,
+            Lines::Shared(lines) => lines,
+        }
     }
 
     /// The fields of `headers` as lines, in the map's order, without the framing and
@@ -66,7 +76,7 @@ impl RelayedFields {
             lines.extend_from_slice(b"\r\n");
         }
         Self {
-            lines: Bytes::from(lines),
+            lines: Lines::Shared(Bytes::from(lines)),
             has_date,
         }
     }
@@ -78,7 +88,7 @@ impl RelayedFields {
 
     /// Appends the lines' fields to `headers`, for a server that writes from a map.
     pub fn append_to(&self, headers: &mut HeaderMap) {
-        for line in self.lines.split(|&b| b == b'\n') {
+        for line in self.as_bytes().split(|&b| b == b'\n') {
             let Some(line) = line.strip_suffix(b"\r") else {
                 continue;
             };
@@ -97,40 +107,37 @@ impl RelayedFields {
     }
 }
 
-/// The lines of the `relayed` fields among a parsed head's `slots`.
-pub(crate) fn relay_fields(slots: &[httparse::Header<'_>], relayed: &[&str]) -> RelayedFields {
-    // Each slot's listed name, if it is to be a line.
-    let kept = |slot: &httparse::Header<'_>| {
-        relayed
-            .iter()
-            .find(|known| field_is(known, slot.name.as_bytes()))
-            .filter(|known| {
-                !FramingField::ALL
-                    .iter()
-                    .any(|field| field.as_str() == **known)
-            })
-    };
-    // Sized exactly, so the buffer becomes the lines' `Bytes` as it is (no second
-    // allocation for a shared count).
-    let size: usize = slots
-        .iter()
-        .filter_map(|slot| kept(slot).map(|name| name.len() + slot.value.len() + 4))
-        .sum();
-    let mut lines = Vec::with_capacity(size);
+/// The lines of the `relayed` fields among a parsed head's `slots` (`head_len` bytes).
+pub(crate) fn relay_fields(
+    head_len: usize,
+    slots: &[httparse::Header<'_>],
+    relayed: &[&str],
+) -> RelayedFields {
+    // Room for the whole head: the lines are never longer. Kept as the `Vec` it is (a
+    // pass-through's lines are written once, never cloned), not made a `Bytes`, which would
+    // allocate a shared count for a buffer with spare room.
+    let mut lines = Vec::with_capacity(head_len);
     let mut has_date = false;
     for slot in slots {
-        let Some(name) = kept(slot) else {
+        let name = slot.name.as_bytes();
+        let Some(kept) = relayed.iter().find(|known| field_is(known, name)) else {
             continue;
         };
-        debug_assert!(!name.bytes().any(|b| b.is_ascii_uppercase()), "{name}");
-        has_date |= *name == "date";
-        lines.extend_from_slice(name.as_bytes());
+        if FramingField::ALL
+            .iter()
+            .any(|field| field.as_str() == *kept)
+        {
+            continue; // read by the parser, stated anew by the server
+        }
+        debug_assert!(!kept.bytes().any(|b| b.is_ascii_uppercase()), "{kept}");
+        has_date |= *kept == "date";
+        lines.extend_from_slice(kept.as_bytes());
         lines.extend_from_slice(b": ");
         lines.extend_from_slice(slot.value);
         lines.extend_from_slice(b"\r\n");
     }
     RelayedFields {
-        lines: Bytes::from(lines),
+        lines: Lines::Owned(lines),
         has_date,
     }
 }

@@ -125,7 +125,7 @@ pub fn parse_response_head(
             let headers = crate::recycle::header_map_with_capacity(0);
             (
                 headers,
-                Some(relay_fields(slots, names)),
+                Some(relay_fields(len, slots, names)),
                 framing,
                 keep_alive,
             )
