@@ -14,6 +14,7 @@
 //! [`recycle_extensions`] keeps a used one, emptied, and [`extensions`] hands it out again.
 
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 use http::{Extensions, HeaderMap};
 
@@ -27,10 +28,28 @@ thread_local! {
     static KEPT_EXTENSIONS: RefCell<Vec<Extensions>> = const { RefCell::new(Vec::new()) };
 }
 
+/// One thread's stack of kept values (a `thread_local!` of a `RefCell<Vec<T>>`).
+pub type KeptStack<T> = LocalKey<RefCell<Vec<T>>>;
+
+/// The value last kept on this thread's `stack`, if any.
+pub fn take_kept<T>(stack: &'static KeptStack<T>) -> Option<T> {
+    stack.with(|kept| kept.borrow_mut().pop())
+}
+
+/// Keeps `value` on this thread's `stack`, unless the stack holds `bound` values already
+/// (then `value` is dropped).
+pub fn keep<T>(stack: &'static KeptStack<T>, value: T, bound: usize) {
+    stack.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.len() < bound {
+            kept.push(value);
+        }
+    });
+}
+
 /// An empty map with room for `fields`: a kept one when this thread has one.
 pub fn header_map_with_capacity(fields: usize) -> HeaderMap {
-    let kept = KEPT.with(|kept| kept.borrow_mut().pop());
-    match kept {
+    match take_kept(&KEPT) {
         Some(mut map) => {
             map.reserve(fields);
             map
@@ -45,19 +64,12 @@ pub fn recycle(mut map: HeaderMap) {
         return;
     }
     map.clear();
-    KEPT.with(|kept| {
-        let mut kept = kept.borrow_mut();
-        if kept.len() < KEPT_PER_THREAD {
-            kept.push(map);
-        }
-    });
+    keep(&KEPT, map, KEPT_PER_THREAD);
 }
 
 /// An empty extension map: a kept one (its map already allocated) when this thread has one.
 pub fn extensions() -> Extensions {
-    KEPT_EXTENSIONS
-        .with(|kept| kept.borrow_mut().pop())
-        .unwrap_or_default()
+    take_kept(&KEPT_EXTENSIONS).unwrap_or_default()
 }
 
 /// Keeps `extensions` (emptied: its values are dropped now) for the next message on this
@@ -68,12 +80,7 @@ pub fn recycle_extensions(mut extensions: Extensions) {
         return;
     }
     extensions.clear();
-    KEPT_EXTENSIONS.with(|kept| {
-        let mut kept = kept.borrow_mut();
-        if kept.len() < KEPT_PER_THREAD {
-            kept.push(extensions);
-        }
-    });
+    keep(&KEPT_EXTENSIONS, extensions, KEPT_PER_THREAD);
 }
 
 #[cfg(test)]

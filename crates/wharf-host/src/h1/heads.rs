@@ -4,10 +4,13 @@
 //! behind it). At a few hundred bytes plus a 1 KiB body that buffer is past the allocator's
 //! per-thread cache, and its malloc and free were the costliest pair of a pass-through call
 //! (~800 instructions of ~27,000, counted with callgrind). A writer gives its buffer back
-//! here when it is done; the next response on the thread takes it. Bounded: at most
-//! [`KEPT_PER_THREAD`] buffers, none larger than [`MAX_KEPT_BYTES`].
+//! here when it is done; the next response on the thread takes it (a kept stack of
+//! `wharf_http1::recycle`, as header maps are). Bounded: at most [`KEPT_PER_THREAD`]
+//! buffers, none larger than [`MAX_KEPT_BYTES`].
 
 use std::cell::RefCell;
+
+use wharf_http1::recycle::{keep, take_kept};
 
 /// Buffers kept per thread: about the responses one worker writes at once.
 const KEPT_PER_THREAD: usize = 32;
@@ -20,7 +23,7 @@ thread_local! {
 
 /// An empty buffer with room for at least `capacity` bytes: a kept one when there is one.
 pub(super) fn take(capacity: usize) -> Vec<u8> {
-    match KEPT.with(|kept| kept.borrow_mut().pop()) {
+    match take_kept(&KEPT) {
         Some(mut buffer) => {
             buffer.reserve(capacity);
             buffer
@@ -35,12 +38,7 @@ pub(super) fn give(mut buffer: Vec<u8>) {
         return;
     }
     buffer.clear();
-    KEPT.with(|kept| {
-        let mut kept = kept.borrow_mut();
-        if kept.len() < KEPT_PER_THREAD {
-            kept.push(buffer);
-        }
-    });
+    keep(&KEPT, buffer, KEPT_PER_THREAD);
 }
 
 #[cfg(test)]
