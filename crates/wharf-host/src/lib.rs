@@ -49,5 +49,4 @@ pub use warm_up::{WarmUp, WarmUpReport};
 /// Hands a request's header map back once a service has read it, for the next head parsed
 /// on this thread (`wharf_http1::recycle`): two allocations fewer per call.
 pub use wharf_http1::recycle::recycle as recycle_header_map;
-pub use wharf_http1::recycle::recycle_extensions;
 pub use wharf_metrics as metrics;

@@ -69,7 +69,7 @@ impl FramingField {
 /// The declared content-length: every value of every line must be the same decimal number
 /// (RFC 9110 §8.6 allows `5, 5`); several equal values become one line. `None` when absent.
 pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, MessageError> {
-    let declared = declared_content_length(values(headers, header::CONTENT_LENGTH))?;
+    let declared = declared_content_length(|| values(headers, header::CONTENT_LENGTH))?;
     Ok(declared.map(|(len, one_line)| {
         if !one_line {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
@@ -78,13 +78,13 @@ pub(crate) fn content_length(headers: &mut HeaderMap) -> Result<Option<u64>, Mes
     }))
 }
 
-/// The byte values of `name`'s lines in `headers`, as often as asked for.
-fn values<'a>(headers: &'a HeaderMap, name: HeaderName) -> impl Fn() -> ValueBytes<'a> + 'a {
-    move || headers.get_all(&name).iter().map(HeaderValue::as_bytes)
+/// The byte values of `name`'s lines in `headers`.
+pub(crate) fn values<'a>(headers: &'a HeaderMap, name: HeaderName) -> ValueBytes<'a> {
+    headers.get_all(name).into_iter().map(HeaderValue::as_bytes)
 }
 
 /// The byte values of a field's lines in a map.
-type ValueBytes<'a> =
+pub(crate) type ValueBytes<'a> =
     std::iter::Map<http::header::ValueIter<'a, HeaderValue>, fn(&'a HeaderValue) -> &'a [u8]>;
 
 /// [`content_length`]'s rules over the `content-length` lines' values, wherever they are
@@ -136,7 +136,7 @@ pub fn parse_content_length(text: &[u8]) -> Option<u64> {
 /// Checks `transfer-encoding`: present means it must be exactly one `chunked` coding over
 /// all lines, in HTTP/1.1. Returns whether the field is present.
 pub(crate) fn is_chunked(headers: &HeaderMap, version: Version) -> Result<bool, MessageError> {
-    chunked_coding(values(headers, header::TRANSFER_ENCODING), version)
+    chunked_coding(|| values(headers, header::TRANSFER_ENCODING), version)
 }
 
 /// [`is_chunked`]'s rules over the `transfer-encoding` lines' values.
@@ -172,7 +172,7 @@ pub(crate) fn chunked_coding<'a, I: Iterator<Item = &'a [u8]>>(
 /// Keep-alive by the `connection` field: HTTP/1.1 persists unless `close`; HTTP/1.0 only with
 /// `keep-alive`.
 pub(crate) fn connection_persists(version: Version, headers: &HeaderMap) -> bool {
-    persists(version, values(headers, header::CONNECTION)())
+    persists(version, values(headers, header::CONNECTION))
 }
 
 /// [`connection_persists`]'s rules over the `connection` lines' values.

@@ -13,9 +13,10 @@
 //! a map (HTTP/2) merges them back in with [`RelayedFields::append_to`].
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::fields::FramingField;
+use crate::response::encode_fields;
 
 /// Which header fields of a response head are kept, and how.
 #[derive(Debug, Clone, Copy)]
@@ -25,8 +26,9 @@ pub enum HeadFields {
     /// Only the fields of these names, as lines in a [`RelayedFields`]; the head's map is
     /// empty (the framing and connection fields are read, not kept). Names are given in
     /// lower case (as [`HeaderName::as_str`] gives them), matched without regard to case
-    /// and written as given. Plain strings, not header names: matching them is a length check and a byte
-    /// comparison per listed name, where a header name would be looked up each time.
+    /// and written as given. Plain strings, not header names: matching them is a length
+    /// check and a byte comparison per listed name, where a header name would be looked up
+    /// each time.
     Relay(&'static [&'static str]),
 }
 
@@ -60,21 +62,8 @@ impl RelayedFields {
     /// The fields of `headers` as lines, in the map's order, without the framing and
     /// connection fields (and `keep-alive`), which a server states itself.
     pub fn from_map(headers: &HeaderMap) -> Self {
-        let written = |name: &HeaderName| {
-            name.as_str() != "keep-alive"
-                && !FramingField::ALL
-                    .iter()
-                    .any(|field| field.as_str() == name.as_str())
-        };
         let mut lines = Vec::new();
-        let mut has_date = false;
-        for (name, value) in headers.iter().filter(|(name, _)| written(name)) {
-            has_date |= name == header::DATE;
-            lines.extend_from_slice(name.as_str().as_bytes());
-            lines.extend_from_slice(b": ");
-            lines.extend_from_slice(value.as_bytes());
-            lines.extend_from_slice(b"\r\n");
-        }
+        let has_date = encode_fields(headers, &mut lines);
         Self {
             lines: Lines::Shared(Bytes::from(lines)),
             has_date,

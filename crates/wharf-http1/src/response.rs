@@ -7,7 +7,9 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use crate::error::MessageError;
-use crate::fields::{chunked_coding, declared_content_length, header_map, persists, FramingField};
+use crate::fields::{
+    chunked_coding, declared_content_length, header_map, persists, values, FramingField,
+};
 use crate::relay::{field_is, relay_fields, HeadFields, RelayedFields};
 
 /// Largest response head accepted (status line and headers).
@@ -35,8 +37,8 @@ pub struct ParsedHead {
     pub status: StatusCode,
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
-    /// The header fields: all of them, or with [`HeadFields::Relay`] the framing and
-    /// connection fields only.
+    /// The header fields: all of them, or none with [`HeadFields::Relay`] (the framing and
+    /// connection fields are then read into `framing` and `keep_alive`).
     pub headers: HeaderMap,
     /// With [`HeadFields::Relay`], the relayed fields' lines.
     pub relayed: Option<RelayedFields>,
@@ -154,13 +156,9 @@ fn framing(
     version: Version,
     headers: &mut HeaderMap,
 ) -> Result<(Framing, bool), MessageError> {
-    let values = |field: FramingField| {
-        headers
-            .get_all(field.name())
-            .iter()
-            .map(HeaderValue::as_bytes)
-    };
-    let (framing, keep_alive, length_field) = decide_framing(method, status, version, values)?;
+    let (framing, keep_alive, length_field) = decide_framing(method, status, version, |field| {
+        values(headers, field.name())
+    })?;
     match length_field {
         LengthField::AsIs => {}
         LengthField::Drop => {
@@ -258,21 +256,7 @@ pub fn encode_response_head(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    let mut has_date = false;
-    for (name, value) in headers {
-        if name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-            || name == header::CONNECTION
-            || name.as_str() == "keep-alive"
-        {
-            continue;
-        }
-        has_date |= name == header::DATE;
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut has_date = encode_fields(headers, out);
     if let Some(relayed) = relayed {
         has_date |= relayed.has_date();
         out.extend_from_slice(relayed.as_bytes());
@@ -302,6 +286,27 @@ pub fn encode_response_head(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Writes `headers` as `name: value` lines, minus the framing and connection fields (which
+/// a server states itself); whether they include `date`.
+pub(crate) fn encode_fields(headers: &HeaderMap, out: &mut Vec<u8>) -> bool {
+    let mut has_date = false;
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+            || name.as_str() == "keep-alive"
+        {
+            continue;
+        }
+        has_date |= name == header::DATE;
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    has_date
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use wharf_host::error::json_error;
 use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
 use wharf_host::service::CallFuture;
 use wharf_host::{CallContext, HostService, Phase, RequestBody, ResponseBody};
+use wharf_http1::recycle;
 use wharf_http1::relay::RelayedFields;
 use wharf_upstream::HeadFields;
 
@@ -265,8 +266,8 @@ impl Inner {
         let phases = Phases(request.extensions().get::<CallContext>().cloned());
         // The call needs nothing more of the request; its maps serve the next one.
         let parts = request.into_parts().0;
-        wharf_host::recycle_header_map(parts.headers);
-        wharf_host::recycle_extensions(parts.extensions);
+        recycle::recycle(parts.headers);
+        recycle::recycle_extensions(parts.extensions);
         if cache_duration == 0 {
             return Ok(Start::PassThrough(target, phases));
         }
@@ -460,11 +461,11 @@ fn hit_response(entry: &Arc<CachedResponse>, now: Instant) -> Response<ResponseB
     });
     let mut response = Response::new(from_entry(entry));
     *response.status_mut() = entry.head.status;
-    *response.headers_mut() = wharf_http1::recycle::header_map_with_capacity(1);
+    *response.headers_mut() = recycle::header_map_with_capacity(1);
     response
         .headers_mut()
         .insert(header::AGE, age_value(entry.age_secs(now)));
-    *response.extensions_mut() = wharf_http1::recycle::extensions();
+    *response.extensions_mut() = recycle::extensions();
     response.extensions_mut().insert(lines.clone());
     response
 }

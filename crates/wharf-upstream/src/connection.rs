@@ -95,7 +95,7 @@ pub struct Exchange {
     unwritten: Bytes,
     /// The request is HEAD (its response has no body, whatever it says).
     head_request: bool,
-    /// Which response header fields are kept, and how (see [`Exchange::relaying`]).
+    /// Which response header fields are kept, and how (see [`Exchange::keeping`]).
     fields: HeadFields,
     slot: Option<PoolSlot>,
     /// The connection came from a pool (a failure before any answer is then stale).
@@ -153,10 +153,10 @@ impl Future for Exchange {
 
 impl Exchange {
     /// Which response header fields to keep, and how (all, in the map, unless told). With
-    /// [`HeadFields::Relay`] the response's map holds only the framing and connection
-    /// fields and its extensions a [`wharf_http1::relay::RelayedFields`], which an HTTP/1.1
-    /// server writes as it is: for a caller that passes a fixed set of fields on and reads
-    /// none of the others.
+    /// [`HeadFields::Relay`] the response's map is empty and its extensions hold a
+    /// [`wharf_http1::relay::RelayedFields`], which an HTTP/1.1 server writes as it is: for
+    /// a caller that passes a fixed set of fields on and reads none of the others (the
+    /// body's size hint gives the length).
     pub fn keeping(mut self, fields: HeadFields) -> Self {
         self.fields = fields;
         self

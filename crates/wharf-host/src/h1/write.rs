@@ -85,8 +85,7 @@ impl<S: Transport> Conn<S> {
         info: &RequestInfo,
         feed: &Option<BodyFeed>,
     ) -> (MessageWriter, bool) {
-        let (mut parts, body) = response.into_parts();
-        let relayed = parts.extensions.remove::<RelayedFields>();
+        let (parts, body) = response.into_parts();
         let status = parts.status;
         let request_body_broken = feed
             .as_ref()
@@ -131,7 +130,9 @@ impl<S: Transport> Conn<S> {
             encode_response_head(
                 status,
                 &parts.headers,
-                relayed.as_ref(),
+                // Read in place, not removed: a map emptied by the removal would look
+                // unallocated to `recycle_extensions`, and not be kept.
+                parts.extensions.get::<RelayedFields>(),
                 framing,
                 connection,
                 date,
