@@ -149,6 +149,21 @@ impl HostBuilder {
                 read_buffers.sample(reused, allocated, spare);
             }),
         );
+        // So are the other objects kept per thread (wharf_http1::recycle, h1/heads.rs).
+        let kept_kinds = [
+            wharf_http1::recycle::HEADER_MAPS,
+            wharf_http1::recycle::EXTENSION_MAPS,
+            crate::h1::RESPONSE_HEADS,
+        ];
+        let kept_objects = self.metrics.kept_objects(&kept_kinds);
+        self.metrics.set_sampler(
+            "kept_objects",
+            Box::new(move || {
+                for kind in wharf_http1::recycle::kept_stats() {
+                    kept_objects.sample(kind.kind, kind.reused, kind.allocated, kind.held);
+                }
+            }),
+        );
         let sessions = Sessions::new(self.metrics.sessions(max_sessions));
         let session_limits = session_limits(&self.server);
         Ok(Host {

@@ -56,6 +56,8 @@ pub struct Metrics {
     startup_phase_seconds: Family<Labels, FloatGauge>,
     read_buffers_total: Family<Labels, Counter>,
     read_buffers_spare: Gauge,
+    kept_objects_total: Family<Labels, Counter>,
+    kept_objects_spare: Family<Labels, Gauge>,
     shared_cache: shared::SharedCacheFamilies,
     queue: queue::QueueFamilies,
 }
@@ -99,6 +101,8 @@ impl Metrics {
             let _ = read_buffers_total.get_or_create(&vec![("source", source.to_owned())]);
         }
         let read_buffers_spare = Gauge::default();
+        let kept_objects_total = Family::default();
+        let kept_objects_spare = Family::default();
         // prometheus-client appends `_total` to counters and the unit to
         // metrics registered with one: names below are given without them.
         let counter_name = |name: &'static str| name.trim_end_matches("_total");
@@ -179,6 +183,16 @@ impl Metrics {
             "Spare client read buffers held for reuse",
             read_buffers_spare.clone(),
         );
+        registry.register(
+            counter_name(names::KEPT_OBJECTS_TOTAL),
+            "Objects kept per worker thread taken, by kind and source (reused, allocated)",
+            kept_objects_total.clone(),
+        );
+        registry.register(
+            names::KEPT_OBJECTS_SPARE,
+            "Objects kept per worker thread held for reuse, by kind",
+            kept_objects_spare.clone(),
+        );
         let shared_cache = shared::SharedCacheFamilies::register(&mut registry);
         let queue = queue::QueueFamilies::register(&mut registry);
         Self {
@@ -199,6 +213,8 @@ impl Metrics {
             startup_phase_seconds,
             read_buffers_total,
             read_buffers_spare,
+            kept_objects_total,
+            kept_objects_spare,
             shared_cache,
             queue,
         }
@@ -296,6 +312,30 @@ impl Metrics {
             allocated: RunningTotal::new(source("allocated")),
             spare: self.read_buffers_spare.clone(),
         }
+    }
+
+    /// The kept-object series of `kinds` (created at zero) and their handles.
+    pub fn kept_objects(&self, kinds: &[&'static str]) -> KeptObjectMetrics {
+        let series = kinds
+            .iter()
+            .map(|&kind| {
+                let source = |source: &str| {
+                    RunningTotal::new(self.kept_objects_total.get_or_create_owned(&vec![
+                        ("kind", kind.to_owned()),
+                        ("source", source.to_owned()),
+                    ]))
+                };
+                KeptKindSeries {
+                    kind,
+                    reused: source("reused"),
+                    allocated: source("allocated"),
+                    spare: self
+                        .kept_objects_spare
+                        .get_or_create_owned(&vec![("kind", kind.to_owned())]),
+                }
+            })
+            .collect();
+        KeptObjectMetrics { series }
     }
 
     /// Adds a function run before every scrape.
@@ -449,6 +489,34 @@ impl ReadBufferMetrics {
         self.reused.catch_up(reused_total);
         self.allocated.catch_up(allocated_total);
         set_gauge(&self.spare, spare);
+    }
+}
+
+/// The kept-object reuse series, by kind: the host keeps running totals of its own
+/// (`wharf_http1::recycle::kept_stats`) and a sampler copies them here before each scrape.
+#[derive(Debug, Clone)]
+pub struct KeptObjectMetrics {
+    series: Vec<KeptKindSeries>,
+}
+
+/// One kind's series.
+#[derive(Debug, Clone)]
+struct KeptKindSeries {
+    kind: &'static str,
+    reused: RunningTotal,
+    allocated: RunningTotal,
+    spare: Gauge,
+}
+
+impl KeptObjectMetrics {
+    /// Catches `kind`'s counters up with its running totals and sets its spare count; a
+    /// kind not given to [`Metrics::kept_objects`] is ignored.
+    pub fn sample(&self, kind: &str, reused_total: u64, allocated_total: u64, spare: u64) {
+        if let Some(series) = self.series.iter().find(|series| series.kind == kind) {
+            series.reused.catch_up(reused_total);
+            series.allocated.catch_up(allocated_total);
+            set_gauge(&series.spare, spare);
+        }
     }
 }
 

@@ -31,6 +31,11 @@ pub const STARTUP_PHASE_SECONDS: &str = "wharf_startup_phase_seconds";
 pub const READ_BUFFERS_TOTAL: &str = "wharf_read_buffers_total";
 /// Spare client read buffers held for reuse, over all worker threads (sampled).
 pub const READ_BUFFERS_SPARE: &str = "wharf_read_buffers_spare";
+/// Other objects the host keeps per worker thread for reuse (header maps, extension maps,
+/// response head buffers), taken by kind and source: reused or allocated (sampled).
+pub const KEPT_OBJECTS_TOTAL: &str = "wharf_kept_objects_total";
+/// Kept objects held for reuse now, by kind, over all worker threads (sampled).
+pub const KEPT_OBJECTS_SPARE: &str = "wharf_kept_objects_spare";
 
 /// Shared (Redis) cache tier lookups, by result: hit, miss, error, skipped.
 pub const SHARED_CACHE_REQUESTS_TOTAL: &str = "wharf_shared_cache_requests_total";

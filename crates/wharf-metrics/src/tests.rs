@@ -155,3 +155,29 @@ fn read_buffer_totals_are_caught_up_by_samples() {
     );
     assert!(text.contains("wharf_read_buffers_spare 5"), "{text}");
 }
+
+#[test]
+fn kept_objects_exist_at_zero_per_kind_and_follow_samples() {
+    let metrics = Metrics::new();
+    let kept = metrics.kept_objects(&["header_map", "response_head"]);
+    let text = metrics.encode();
+    for series in [
+        "wharf_kept_objects_total{kind=\"header_map\",source=\"reused\"} 0",
+        "wharf_kept_objects_total{kind=\"response_head\",source=\"allocated\"} 0",
+        "wharf_kept_objects_spare{kind=\"response_head\"} 0",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
+    kept.sample("header_map", 40, 3, 7);
+    kept.sample("header_map", 90, 4, 2);
+    kept.sample("not_registered", 5, 5, 5);
+    let text = metrics.encode();
+    for series in [
+        "wharf_kept_objects_total{kind=\"header_map\",source=\"reused\"} 90",
+        "wharf_kept_objects_total{kind=\"header_map\",source=\"allocated\"} 4",
+        "wharf_kept_objects_spare{kind=\"header_map\"} 2",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
+    assert!(!text.contains("not_registered"), "{text}");
+}

@@ -10,15 +10,18 @@
 
 use std::cell::RefCell;
 
-use wharf_http1::recycle::{keep, take_kept};
+use wharf_http1::recycle::{keep, take_kept, Kept};
 
 /// Buffers kept per thread: about the responses one worker writes at once.
 const KEPT_PER_THREAD: usize = 32;
 /// Larger buffers (a head grown past the small-body room) are freed, not kept.
 pub(super) const MAX_KEPT_BYTES: usize = 16 * 1024;
 
+/// The `kind` of the kept head buffers on `/metrics` (`wharf_kept_objects_total`).
+pub(crate) const RESPONSE_HEADS: &str = "response_head";
+
 thread_local! {
-    static KEPT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static KEPT: RefCell<Kept<Vec<u8>>> = RefCell::new(Kept::new(RESPONSE_HEADS));
 }
 
 /// An empty buffer with room for at least `capacity` bytes: a kept one when there is one.
@@ -60,10 +63,14 @@ mod tests {
     #[test]
     fn large_buffers_are_freed_and_the_stack_is_bounded() {
         give(Vec::with_capacity(MAX_KEPT_BYTES + 1));
-        assert_eq!(KEPT.with(|kept| kept.borrow().len()), 0);
+        assert!(take_kept(&KEPT).is_none(), "the large one was freed");
         for _ in 0..KEPT_PER_THREAD + 5 {
             give(Vec::with_capacity(64));
         }
-        assert_eq!(KEPT.with(|kept| kept.borrow().len()), KEPT_PER_THREAD);
+        let mut kept = 0;
+        while take_kept(&KEPT).is_some() {
+            kept += 1;
+        }
+        assert_eq!(kept, KEPT_PER_THREAD);
     }
 }

@@ -49,6 +49,7 @@ use tracing::debug;
 use wharf_http1::MessageError;
 
 pub use body::{IncomingBody, RequestBodyError};
+pub(crate) use heads::RESPONSE_HEADS;
 pub(crate) use spare::stats as read_buffer_stats;
 pub(crate) use transport::{Prefixed, Transport};
 

@@ -6,14 +6,15 @@
 //! per-thread stack instead, and the next read on that thread takes it. Bounded: at most
 //! [`SPARE_PER_THREAD`] buffers per worker thread, each reclaimed to its full capacity and
 //! at most [`MAX_SPARE_BYTES`] (a buffer grown for a large body is freed, not kept).
-//! [`stats`] are process-wide running totals, on `/metrics` as `wharf_read_buffers_total`
-//! and `wharf_read_buffers_spare` (SPEC §5: buffer reuse, with its statistics).
+//! The stack is one of `wharf_http1::recycle`'s kept stacks, which count per thread;
+//! [`stats`] are their process-wide running totals, on `/metrics` as
+//! `wharf_read_buffers_total` and `wharf_read_buffers_spare` (SPEC §5: buffer reuse, with
+//! its statistics).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
+use wharf_http1::recycle::{keep, kept_stats, take_kept_if, Kept};
 
 /// Buffers kept per thread: enough for the connections one worker reads from between two
 /// trips to the allocator, small enough to be noise (64 × 4 KiB = 256 KiB per worker).
@@ -21,97 +22,26 @@ pub(super) const SPARE_PER_THREAD: usize = 64;
 /// Larger buffers are not kept.
 pub(super) const MAX_SPARE_BYTES: usize = 16 * 1024;
 
-/// One thread's counts. Only the owning thread writes them (plain loads and stores, no
-/// locked instructions: a shared counter bounced between two workers cost more than the
-/// malloc it counts); the sampler sums them over [`THREADS`].
-#[derive(Default)]
-struct ThreadCounts {
-    /// Reads that got a spare buffer.
-    reused: AtomicU64,
-    /// Reads that had to allocate one.
-    allocated: AtomicU64,
-    /// Spare buffers this thread holds now: its stack's length, mirrored for the sampler
-    /// (which runs on another thread).
-    held: AtomicU64,
-}
-
-impl ThreadCounts {
-    fn bump(counter: &AtomicU64) {
-        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-}
-
-/// Every thread's counts, kept after the thread ends (totals never go back).
-static THREADS: Mutex<Vec<Arc<ThreadCounts>>> = Mutex::new(Vec::new());
-
-/// One thread's spare buffers and counts.
-struct Spares {
-    buffers: Vec<BytesMut>,
-    counts: Arc<ThreadCounts>,
-}
-
-impl Spares {
-    fn new() -> Self {
-        let counts = Arc::new(ThreadCounts::default());
-        THREADS
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(counts.clone());
-        Self {
-            buffers: Vec::new(),
-            counts,
-        }
-    }
-
-    fn mirror_held(&self) {
-        let held = self.buffers.len() as u64;
-        self.counts.held.store(held, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Spares {
-    fn drop(&mut self) {
-        self.counts.held.store(0, Ordering::Relaxed); // freed with the thread
-    }
-}
+/// The kind the spare buffers are counted under (a kept stack of `wharf_http1::recycle`).
+const READ_BUFFERS: &str = "read_buffer";
 
 thread_local! {
-    static SPARE: RefCell<Spares> = RefCell::new(Spares::new());
+    static SPARE: RefCell<Kept<BytesMut>> = RefCell::new(Kept::new(READ_BUFFERS));
 }
 
 /// A spare buffer of this thread with room for at least `min` bytes, if there is one; the
 /// caller allocates otherwise (both are counted).
 pub(super) fn take(min: usize) -> Option<BytesMut> {
-    SPARE.with(|spare| {
-        let spare = &mut *spare.borrow_mut();
-        let taken = match spare.buffers.last() {
-            Some(buf) if buf.capacity() >= min => spare.buffers.pop(),
-            _ => None,
-        };
-        match taken {
-            Some(_) => ThreadCounts::bump(&spare.counts.reused),
-            None => ThreadCounts::bump(&spare.counts.allocated),
-        }
-        spare.mirror_held();
-        taken
-    })
+    take_kept_if(&SPARE, |buf| buf.capacity() >= min)
 }
 
 /// Running totals over all threads: (reads that reused a buffer, reads that allocated one,
 /// spares held now).
 pub(crate) fn stats() -> (u64, u64, u64) {
-    let threads = THREADS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    threads
-        .iter()
-        .fold((0, 0, 0), |(reused, allocated, held), counts| {
-            (
-                reused + counts.reused.load(Ordering::Relaxed),
-                allocated + counts.allocated.load(Ordering::Relaxed),
-                held + counts.held.load(Ordering::Relaxed),
-            )
-        })
+    kept_stats()
+        .into_iter()
+        .find(|kind| kind.kind == READ_BUFFERS)
+        .map_or((0, 0, 0), |kind| (kind.reused, kind.allocated, kind.held))
 }
 
 /// Keeps `buf` for a later [`take`] on this thread when it is empty, reclaimable to a full
@@ -125,13 +55,7 @@ pub(super) fn give(mut buf: BytesMut) {
     if !buf.try_reclaim(super::MIN_READ) || buf.capacity() > MAX_SPARE_BYTES {
         return;
     }
-    SPARE.with(|spare| {
-        let spare = &mut *spare.borrow_mut();
-        if spare.buffers.len() < SPARE_PER_THREAD {
-            spare.buffers.push(buf);
-            spare.mirror_held();
-        }
-    });
+    keep(&SPARE, buf, SPARE_PER_THREAD);
 }
 
 #[cfg(test)]
