@@ -165,14 +165,20 @@ fn spawn(
         .name(format!("wharf-core-{index}"))
         .spawn(move || {
             runtime.block_on(async move {
-                let stop = async {
-                    let _ = accepting.wait_for(|stop| *stop).await;
-                };
-                acceptor
-                    .accept_until(Some(&listener), std::future::pending, stop)
-                    .await;
-                drop(listener);
-                let _ = stopped_accepting.send(true);
+                // The accept loop is a task of its own, not the future `block_on` polls: a
+                // wake of that future writes the runtime's eventfd even from its own thread
+                // (one system call for about every third connection of a burst), a task's
+                // wake is a push onto the run queue.
+                tokio::spawn(async move {
+                    let stop = async {
+                        let _ = accepting.wait_for(|stop| *stop).await;
+                    };
+                    acceptor
+                        .accept_until(Some(&listener), std::future::pending, stop)
+                        .await;
+                    drop(listener);
+                    let _ = stopped_accepting.send(true);
+                });
                 // Sessions run on this runtime: keep driving them through the drain.
                 let _ = released.wait_for(|released| *released).await;
             });
