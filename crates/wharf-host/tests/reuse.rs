@@ -1,6 +1,8 @@
-//! The objects kept per thread for reuse (header maps, extension maps, response head
-//! buffers: `wharf_http1::recycle`, h1/heads.rs) and their counters on `/metrics`. Its own
-//! test binary: the counters are process-wide, and no other test may count meanwhile.
+//! What HTTP/1.1 connections reuse per thread instead of allocating per request: read
+//! buffers (h1/spare.rs), header maps, extension maps and response head buffers
+//! (`wharf_http1::recycle`, h1/heads.rs), and their counters on `/metrics`. Its own test
+//! binary with a single test: the counters are process-wide, and no other test may read,
+//! parse or respond meanwhile.
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
@@ -14,7 +16,8 @@ use wharf_host::body::full;
 use wharf_host::{handler, HostBuilder, Mount};
 
 const LIMIT: Duration = Duration::from_secs(5);
-const KINDS: [&str; 3] = ["header_map", "extensions", "response_head"];
+/// The kinds of `wharf_kept_objects_total`.
+const KEPT_KINDS: [&str; 3] = ["header_map", "extensions", "response_head"];
 
 /// Something a service leaves in its response's extensions.
 #[derive(Clone)]
@@ -35,17 +38,31 @@ async fn metrics_text(admin: SocketAddr) -> String {
     text
 }
 
-/// `wharf_kept_objects_total{kind, source}` in `text`.
-fn kept(text: &str, kind: &str, source: &str) -> u64 {
-    let series = format!("wharf_kept_objects_total{{kind=\"{kind}\",source=\"{source}\"}} ");
+/// The value of the sample `series` (name and labels) in `text`.
+fn sample(text: &str, series: &str) -> u64 {
+    let prefix = format!("{series} ");
     text.lines()
-        .find_map(|line| line.strip_prefix(series.as_str()))
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or_else(|| panic!("{series} missing from:\n{text}"))
 }
 
+fn read_buffers(text: &str, source: &str) -> u64 {
+    sample(
+        text,
+        &format!("wharf_read_buffers_total{{source=\"{source}\"}}"),
+    )
+}
+
+fn kept(text: &str, kind: &str, source: &str) -> u64 {
+    sample(
+        text,
+        &format!("wharf_kept_objects_total{{kind=\"{kind}\",source=\"{source}\"}}"),
+    )
+}
+
 #[tokio::test]
-async fn responses_hand_their_maps_and_head_buffers_to_the_next_request_and_count_it() {
+async fn keep_alive_requests_reuse_buffers_and_maps_and_count_it() {
     let limits = LimitsConfig {
         max_concurrent_calls: 8,
         max_queued_calls: 8,
@@ -80,12 +97,17 @@ async fn responses_hand_their_maps_and_head_buffers_to_the_next_request_and_coun
         let _ = stopped.await;
     }));
     let before = metrics_text(admin).await;
-    for kind in KINDS {
-        assert!(before.contains(&format!("wharf_kept_objects_spare{{kind=\"{kind}\"}}")));
+    for kind in KEPT_KINDS {
+        // Present from start (sample panics on a missing series).
+        let _ = sample(
+            &before,
+            &format!("wharf_kept_objects_spare{{kind=\"{kind}\"}}"),
+        );
     }
 
-    // One connection, requests one after another: they are served on one core, where
-    // each response leaves its maps and head buffer for the next request.
+    // One connection, requests one after another, served on one core: the first read
+    // allocates, every later one takes the buffer the previous gave back, and each
+    // response leaves its maps and head buffer for the next request.
     let mut stream = TcpStream::connect(addr).await.unwrap();
     for _ in 0..4 {
         stream
@@ -108,7 +130,11 @@ async fn responses_hand_their_maps_and_head_buffers_to_the_next_request_and_coun
         }
     }
     let after = metrics_text(admin).await;
-    for kind in KINDS {
+    let allocated = read_buffers(&after, "allocated") - read_buffers(&before, "allocated");
+    let reused = read_buffers(&after, "reused") - read_buffers(&before, "reused");
+    assert_eq!(allocated, 1, "reads that allocated");
+    assert!(reused >= 3, "reads that reused a buffer: {reused}");
+    for kind in KEPT_KINDS {
         let reused = kept(&after, kind, "reused") - kept(&before, kind, "reused");
         assert!(
             reused >= 3,
