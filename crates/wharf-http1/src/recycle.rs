@@ -12,6 +12,12 @@
 //! its table (the host adds the client's address and the call's context to every request;
 //! a relayed response head rides in one), two mallocs and two frees a message.
 //! [`recycle_extensions`] keeps a used one, emptied, and [`extensions`] hands it out again.
+//!
+//! Other crates keep their own values the same way ([`Kept`] stacks with [`keep`] and
+//! [`take_kept`]: the host's read buffers and response head buffers). Every stack counts, per
+//! thread, the takes that reused a kept value or found none, and the values it holds;
+//! [`kept_stats`] sums them by kind for `/metrics` (SPEC §5: buffer reuse with its
+//! statistics).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
