@@ -140,27 +140,25 @@ impl HostBuilder {
         let unix = self.unix.map(bind_unix).transpose()?;
         self.metrics
             .startup_phase("bind", started.elapsed().as_secs_f64());
-        // The read buffers' reuse counts are process-wide running totals (h1/spare.rs).
+        // The reuse counts are process-wide running totals of the per-thread kept stacks
+        // (wharf_http1::recycle), taken once per scrape: the read buffers (h1/spare.rs) have
+        // series of their own, the other kinds share `wharf_kept_objects_*`.
         let read_buffers = self.metrics.read_buffers();
-        self.metrics.set_sampler(
-            "read_buffers",
-            Box::new(move || {
-                let (reused, allocated, spare) = crate::h1::read_buffer_stats();
-                read_buffers.sample(reused, allocated, spare);
-            }),
-        );
-        // So are the other objects kept per thread (wharf_http1::recycle, h1/heads.rs).
-        let kept_kinds = [
+        let kept_objects = self.metrics.kept_objects(&[
             wharf_http1::recycle::HEADER_MAPS,
             wharf_http1::recycle::EXTENSION_MAPS,
             crate::h1::RESPONSE_HEADS,
-        ];
-        let kept_objects = self.metrics.kept_objects(&kept_kinds);
+        ]);
         self.metrics.set_sampler(
-            "kept_objects",
+            "reuse",
             Box::new(move || {
                 for kind in wharf_http1::recycle::kept_stats() {
-                    kept_objects.sample(kind.kind, kind.reused, kind.allocated, kind.held);
+                    let (reused, allocated, held) = (kind.reused, kind.allocated, kind.held);
+                    if kind.kind == crate::h1::READ_BUFFERS {
+                        read_buffers.sample(reused, allocated, held);
+                    } else {
+                        kept_objects.sample(kind.kind, reused, allocated, held);
+                    }
                 }
             }),
         );

@@ -302,12 +302,12 @@ impl Metrics {
     }
 
     /// The read-buffer reuse handles (both sources exist at zero from start).
-    pub fn read_buffers(&self) -> ReadBufferMetrics {
+    pub fn read_buffers(&self) -> ReuseMetrics {
         let source = |source: &str| {
             self.read_buffers_total
                 .get_or_create_owned(&vec![("source", source.to_owned())])
         };
-        ReadBufferMetrics {
+        ReuseMetrics {
             reused: RunningTotal::new(source("reused")),
             allocated: RunningTotal::new(source("allocated")),
             spare: self.read_buffers_spare.clone(),
@@ -325,14 +325,14 @@ impl Metrics {
                         ("source", source.to_owned()),
                     ]))
                 };
-                KeptKindSeries {
-                    kind,
+                let series = ReuseMetrics {
                     reused: source("reused"),
                     allocated: source("allocated"),
                     spare: self
                         .kept_objects_spare
                         .get_or_create_owned(&vec![("kind", kind.to_owned())]),
-                }
+                };
+                (kind, series)
             })
             .collect();
         KeptObjectMetrics { series }
@@ -474,16 +474,17 @@ impl CacheMetrics {
     }
 }
 
-/// The read-buffer reuse series: the host keeps running totals of its own and a sampler
+/// One kind of reused object's series (the read buffers, or one kind of kept object): the
+/// host keeps running totals of its own (`wharf_http1::recycle::kept_stats`) and a sampler
 /// copies them here before each scrape.
 #[derive(Debug, Clone)]
-pub struct ReadBufferMetrics {
+pub struct ReuseMetrics {
     reused: RunningTotal,
     allocated: RunningTotal,
     spare: Gauge,
 }
 
-impl ReadBufferMetrics {
+impl ReuseMetrics {
     /// Catches the counters up with the running totals and sets the spare count.
     pub fn sample(&self, reused_total: u64, allocated_total: u64, spare: u64) {
         self.reused.catch_up(reused_total);
@@ -492,30 +493,18 @@ impl ReadBufferMetrics {
     }
 }
 
-/// The kept-object reuse series, by kind: the host keeps running totals of its own
-/// (`wharf_http1::recycle::kept_stats`) and a sampler copies them here before each scrape.
+/// The kept-object reuse series, by kind (`wharf_kept_objects_*`).
 #[derive(Debug, Clone)]
 pub struct KeptObjectMetrics {
-    series: Vec<KeptKindSeries>,
-}
-
-/// One kind's series.
-#[derive(Debug, Clone)]
-struct KeptKindSeries {
-    kind: &'static str,
-    reused: RunningTotal,
-    allocated: RunningTotal,
-    spare: Gauge,
+    series: Vec<(&'static str, ReuseMetrics)>,
 }
 
 impl KeptObjectMetrics {
-    /// Catches `kind`'s counters up with its running totals and sets its spare count; a
-    /// kind not given to [`Metrics::kept_objects`] is ignored.
+    /// Samples `kind`'s series ([`ReuseMetrics::sample`]); a kind not given to
+    /// [`Metrics::kept_objects`] is ignored.
     pub fn sample(&self, kind: &str, reused_total: u64, allocated_total: u64, spare: u64) {
-        if let Some(series) = self.series.iter().find(|series| series.kind == kind) {
-            series.reused.catch_up(reused_total);
-            series.allocated.catch_up(allocated_total);
-            set_gauge(&series.spare, spare);
+        if let Some((_, series)) = self.series.iter().find(|(known, _)| *known == kind) {
+            series.sample(reused_total, allocated_total, spare);
         }
     }
 }

@@ -50,7 +50,7 @@ use wharf_http1::MessageError;
 
 pub use body::{IncomingBody, RequestBodyError};
 pub(crate) use heads::RESPONSE_HEADS;
-pub(crate) use spare::stats as read_buffer_stats;
+pub(crate) use spare::READ_BUFFERS;
 pub(crate) use transport::{Prefixed, Transport};
 
 use crate::dispatch::Dispatcher;

@@ -6,15 +6,15 @@
 //! per-thread stack instead, and the next read on that thread takes it. Bounded: at most
 //! [`SPARE_PER_THREAD`] buffers per worker thread, each reclaimed to its full capacity and
 //! at most [`MAX_SPARE_BYTES`] (a buffer grown for a large body is freed, not kept).
-//! The stack is one of `wharf_http1::recycle`'s kept stacks, which count per thread;
-//! [`stats`] are their process-wide running totals, on `/metrics` as
+//! The stack is one of `wharf_http1::recycle`'s kept stacks, which count per thread; their
+//! process-wide totals of kind [`READ_BUFFERS`] are on `/metrics` as
 //! `wharf_read_buffers_total` and `wharf_read_buffers_spare` (SPEC §5: buffer reuse, with
 //! its statistics).
 
 use std::cell::RefCell;
 
 use bytes::BytesMut;
-use wharf_http1::recycle::{keep, kept_stats, take_kept_if, Kept};
+use wharf_http1::recycle::{keep, take_kept_if, Kept};
 
 /// Buffers kept per thread: enough for the connections one worker reads from between two
 /// trips to the allocator, small enough to be noise (64 × 4 KiB = 256 KiB per worker).
@@ -23,7 +23,7 @@ pub(super) const SPARE_PER_THREAD: usize = 64;
 pub(super) const MAX_SPARE_BYTES: usize = 16 * 1024;
 
 /// The kind the spare buffers are counted under (a kept stack of `wharf_http1::recycle`).
-const READ_BUFFERS: &str = "read_buffer";
+pub(crate) const READ_BUFFERS: &str = "read_buffer";
 
 thread_local! {
     static SPARE: RefCell<Kept<BytesMut>> = RefCell::new(Kept::new(READ_BUFFERS));
@@ -33,15 +33,6 @@ thread_local! {
 /// caller allocates otherwise (both are counted).
 pub(super) fn take(min: usize) -> Option<BytesMut> {
     take_kept_if(&SPARE, |buf| buf.capacity() >= min)
-}
-
-/// Running totals over all threads: (reads that reused a buffer, reads that allocated one,
-/// spares held now).
-pub(crate) fn stats() -> (u64, u64, u64) {
-    kept_stats()
-        .into_iter()
-        .find(|kind| kind.kind == READ_BUFFERS)
-        .map_or((0, 0, 0), |kind| (kind.reused, kind.allocated, kind.held))
 }
 
 /// Keeps `buf` for a later [`take`] on this thread when it is empty, reclaimable to a full
