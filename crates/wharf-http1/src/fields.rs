@@ -42,8 +42,24 @@ pub(crate) enum FramingField {
     Connection,
 }
 
+/// Whether `name` (lower case) is a field a server states itself instead of passing it on:
+/// a framing or connection field, or `keep-alive` (the connection's, hop by hop). Neither a
+/// map's fields nor relayed lines ever carry one.
+pub(crate) fn stated_by_server(name: &str) -> bool {
+    // By length first: it runs for every field a server writes from a map, and nearly every
+    // field differs in length from all four (the names are `FramingField::as_str`'s, which a
+    // test holds equal).
+    match name.len() {
+        10 => name == "connection" || name == "keep-alive",
+        14 => name == "content-length",
+        17 => name == "transfer-encoding",
+        _ => false,
+    }
+}
+
 impl FramingField {
-    pub(crate) const ALL: [FramingField; 3] = [
+    #[cfg(test)]
+    const ALL: [FramingField; 3] = [
         FramingField::ContentLength,
         FramingField::TransferEncoding,
         FramingField::Connection,
@@ -190,4 +206,30 @@ pub(crate) fn persists<'a>(version: Version, lines: impl Iterator<Item = &'a [u8
         return false;
     }
     version == Version::HTTP_11 || keep_alive
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_states_the_framing_fields_and_keep_alive_itself_and_no_other() {
+        for field in FramingField::ALL {
+            assert_eq!(field.name().as_str(), field.as_str());
+            assert!(stated_by_server(field.as_str()), "{}", field.as_str());
+        }
+        assert!(stated_by_server("keep-alive"));
+        // Names of the same lengths, and near misses.
+        for name in [
+            "set-cookie",
+            "accept-charset",
+            "if-modified-since",
+            "connections",
+            "content-type",
+            "date",
+            "",
+        ] {
+            assert!(!stated_by_server(name), "{name}");
+        }
+    }
 }

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::fields::FramingField;
+use crate::fields::stated_by_server;
 use crate::response::encode_fields;
 
 /// Which header fields of a response head are kept, and how.
@@ -24,7 +24,7 @@ pub enum HeadFields {
     /// Every field, in the head's [`HeaderMap`].
     All,
     /// Only the fields of these names, as lines in a [`RelayedFields`]; the head's map is
-    /// empty (the framing and connection fields are read, not kept). Names are given in
+    /// empty (the framing and connection fields are read, not kept; nor is `keep-alive`). Names are given in
     /// lower case (as [`HeaderName::as_str`] gives them), matched without regard to case
     /// and written as given. Plain strings, not header names: matching them is a length
     /// check and a byte comparison per listed name, where a header name would be looked up
@@ -112,11 +112,8 @@ pub(crate) fn relay_fields(
         let Some(kept) = relayed.iter().find(|known| field_is(known, name)) else {
             continue;
         };
-        if FramingField::ALL
-            .iter()
-            .any(|field| field.as_str() == *kept)
-        {
-            continue; // read by the parser, stated anew by the server
+        if stated_by_server(kept) {
+            continue; // read by the parser (the framing fields), stated anew by the server
         }
         debug_assert!(!kept.bytes().any(|b| b.is_ascii_uppercase()), "{kept}");
         has_date |= *kept == "date";

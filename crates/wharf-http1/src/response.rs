@@ -8,7 +8,8 @@ use http::{Method, StatusCode, Version};
 
 use crate::error::MessageError;
 use crate::fields::{
-    chunked_coding, declared_content_length, header_map, persists, values, FramingField,
+    chunked_coding, declared_content_length, header_map, persists, stated_by_server, values,
+    FramingField,
 };
 use crate::relay::{field_is, relay_fields, HeadFields, RelayedFields};
 
@@ -293,11 +294,7 @@ pub fn encode_response_head(
 pub(crate) fn encode_fields(headers: &HeaderMap, out: &mut Vec<u8>) -> bool {
     let mut has_date = false;
     for (name, value) in headers {
-        if name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-            || name == header::CONNECTION
-            || name.as_str() == "keep-alive"
-        {
+        if stated_by_server(name.as_str()) {
             continue;
         }
         has_date |= name == header::DATE;
