@@ -96,7 +96,8 @@ pub(crate) enum ScenarioArgs {
     ///
     /// Reports connect_ms, first_request_ms, the warm median and first_over_warm (about 1 is
     /// right). With --cmd the command is started each round, the first request is the very
-    /// first it serves, and it is stopped (SIGTERM, SIGKILL after 5s) at the end of the round.
+    /// first it serves (with --prime-calls: the first after those), and it is stopped
+    /// (SIGTERM, SIGKILL after 5s) at the end of the round.
     FirstCall {
         /// The URL to call.
         #[arg(long)]
@@ -107,6 +108,11 @@ pub(crate) enum ScenarioArgs {
         /// Keep-alive calls after the first one, for the warm median.
         #[arg(long, default_value_t = 50)]
         warm_calls: u32,
+        /// Calls made before the timed first one, on a connection of their own (closed
+        /// after them); the first call then goes on a new connection. With 1 and a cached
+        /// URL, the first call is the first hit after the fill.
+        #[arg(long, default_value_t = 0)]
+        prime_calls: u32,
         /// With --cmd: how long the command may take until its port accepts.
         #[arg(long, value_parser = duration, default_value = "60s")]
         start_timeout: Duration,
@@ -260,6 +266,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<Bench> {
             url,
             cmd,
             warm_calls,
+            prime_calls,
             start_timeout,
             poll,
         } => {
@@ -269,6 +276,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<Bench> {
             }
             let config = FirstCallConfig {
                 warm_calls: *warm_calls,
+                prime_calls: *prime_calls,
                 start_timeout: *start_timeout,
                 poll_interval: *poll,
             };

@@ -8,6 +8,10 @@
 //! With a command (`--cmd`, as `cold-start`), the round starts it first, connects as soon as
 //! the port accepts, and the first request is the very first the new server serves; the
 //! command is stopped at the end of the round.
+//!
+//! With `prime_calls`, that first connection carries that many calls first (timed apart,
+//! as `prime_ms`) and is closed; the timed first request then goes on a new connection. That times the first call of a path a server can only reach after an earlier
+//! call: a cache's hit path, which after a start needs the fill first.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +27,8 @@ use crate::BenchError;
 pub struct FirstCallConfig {
     /// Keep-alive calls after the first one, for the warm median (default 50).
     pub warm_calls: u32,
+    /// Calls made (on a connection of their own) before the timed first one (default 0).
+    pub prime_calls: u32,
     /// With a command: how long it may take until its port accepts (default 60 s).
     pub start_timeout: Duration,
     /// With a command: pause between connection attempts (default 5 ms).
@@ -33,6 +39,7 @@ impl Default for FirstCallConfig {
     fn default() -> Self {
         FirstCallConfig {
             warm_calls: 50,
+            prime_calls: 0,
             start_timeout: Duration::from_secs(60),
             poll_interval: Duration::from_millis(5),
         }
@@ -43,13 +50,14 @@ impl FirstCallConfig {
     pub(crate) fn settings(&self) -> Vec<Setting> {
         vec![
             setting("warm_calls", self.warm_calls),
+            setting("prime_calls", self.prime_calls),
             setting("start_timeout", human(self.start_timeout)),
             setting("poll_interval", human(self.poll_interval)),
         ]
     }
 
     pub(crate) fn units(&self) -> u64 {
-        1 + u64::from(self.warm_calls)
+        1 + u64::from(self.prime_calls) + u64::from(self.warm_calls)
     }
 
     pub(crate) fn check(&self) -> Result<(), BenchError> {
@@ -84,7 +92,8 @@ async fn connect_when_up(
     }
 }
 
-/// One round: (start the command,) connect, first request, warm requests (, stop).
+/// One round: (start the command,) connect, (prime calls and a new connection,) first
+/// request, warm requests (, stop).
 pub(crate) async fn round(
     config: &FirstCallConfig,
     target: &Prepared,
@@ -113,6 +122,34 @@ pub(crate) async fn round(
         (Some(started), Ok(_)) => Some(ms(started.exec_at.elapsed())),
         _ => None,
     };
+    if let (Err(error), Some(started)) = (&connected, started.as_mut()) {
+        round.notes.push(match started.exited() {
+            Some(status) => format!("the command exited ({status}) before it accepted"),
+            None => format!(
+                "the command did not accept a connection within {} ({error})",
+                human(config.start_timeout)
+            ),
+        });
+    }
+    let mut prime = ClassRound::new("prime");
+    let connected = match connected {
+        Ok((primed, _)) if config.prime_calls > 0 => {
+            let mut conn = Some(primed);
+            for _ in 0..config.prime_calls {
+                let begin = Instant::now();
+                let result =
+                    keep_alive_call(&mut conn, endpoint, endpoint.request(0), ctx.timeout).await;
+                prime.record(begin.elapsed(), &result);
+                ctx.progress.inc(1);
+            }
+            drop(conn);
+            let attempt = Instant::now();
+            bounded(ctx.timeout, endpoint.connect())
+                .await
+                .map(|conn| (conn, attempt.elapsed()))
+        }
+        other => other,
+    };
     let mut first = ClassRound::new("first");
     let mut conn = None;
     let (connect_ms, first_ms) = match connected {
@@ -126,15 +163,6 @@ pub(crate) async fn round(
             (Some(ms(connect_took)), result.is_ok().then(|| ms(took)))
         }
         Err(error) => {
-            if let Some(started) = started.as_mut() {
-                round.notes.push(match started.exited() {
-                    Some(status) => format!("the command exited ({status}) before it accepted"),
-                    None => format!(
-                        "the command did not accept a connection within {}",
-                        human(config.start_timeout)
-                    ),
-                });
-            }
             first.errors.record(&error);
             (None, None)
         }
@@ -162,6 +190,14 @@ pub(crate) async fn round(
             Better::Lower,
         );
     }
+    if config.prime_calls > 0 {
+        round.metric(
+            "prime_ms",
+            prime.latencies.p50_ms(),
+            Unit::Ms,
+            Better::Lower,
+        );
+    }
     round.metric("connect_ms", connect_ms, Unit::Ms, Better::Lower);
     round.metric("first_request_ms", first_ms, Unit::Ms, Better::Lower);
     round.metric("warm_p50_ms", warm_p50, Unit::Ms, Better::Lower);
@@ -170,6 +206,9 @@ pub(crate) async fn round(
         _ => None,
     };
     round.metric("first_over_warm", ratio, Unit::Ratio, Better::Lower);
+    if config.prime_calls > 0 {
+        round.classes.push(prime);
+    }
     round.classes.push(first);
     round.classes.push(warm);
     Ok(round)

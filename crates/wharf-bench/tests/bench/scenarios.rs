@@ -1,5 +1,7 @@
 //! Each scenario against the testbed: counts add up, nothing fails.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use wharf_bench::{
@@ -143,6 +145,62 @@ async fn first_call_compares_with_warm_calls() {
     assert!(metric(t, "connect_ms").value.is_some());
     assert!(metric(t, "first_over_warm").value.unwrap() > 0.0);
     assert_eq!(tb.hits("/fast"), 21);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_call_after_prime_calls_goes_on_a_new_connection() {
+    let config = FirstCallConfig {
+        warm_calls: 5,
+        prime_calls: 2,
+        ..FirstCallConfig::default()
+    };
+    let (url, connections) = counting_server().await;
+    let report = run(&bench(
+        Scenario::FirstCall(config),
+        vec![Target::new("counted", url)],
+    ))
+    .await;
+    let t = &report.targets[0];
+    assert_eq!(class(t, "prime").ok, 2);
+    assert_eq!(class(t, "first").ok, 1);
+    assert_eq!(class(t, "warm").ok, 5);
+    assert!(metric(t, "prime_ms").value.unwrap() > 0.0);
+    assert!(metric(t, "connect_ms").value.is_some());
+    // The prime calls' connection, then the first call's (kept for the warm calls).
+    assert_eq!(connections.load(Ordering::Relaxed), 2);
+}
+
+/// A keep-alive server answering every request with a short 200, counting connections.
+async fn counting_server() -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 1024];
+                loop {
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if socket.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (url, connections)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
