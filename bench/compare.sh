@@ -803,16 +803,33 @@ if fc:
     S(f"### First call after start\n\n`wharf bench first-call --cmd … --rounds {M['first_rounds']}`: the gateway is started, "
       "the very first request it serves (on an accepted connection) is timed, then 50 warm keep-alive calls; "
       "median over rounds. On the cache path the first call after a start is necessarily a miss and a fill "
-      "(every cache starts empty: nginx's on-disk cache is wiped before each start), the warm calls are hits.\n\n"
+      "(every cache starts empty: nginx's on-disk cache is wiped before each start) timed against warm hits: "
+      "shown, but not the bar's cache-hit path, which has no origin (the next table).\n\n"
       + table(["target", "exec → accept ms", "first call ms", "warm p50 ms", "first / warm", "errors"], rows))
-    fl = mval(T["floor"], "first_over_warm")
-    for path in ("cache", "pass"):
+
+    def first_call_bar(what, T, path):
+        fl = mval(T["floor"], "first_over_warm")
         wv = mval(T[f"{path}/wharf"], "first_over_warm")
         an = {a: mval(T[f"{path}/{a}"], "first_over_warm") for a in ANCHORS}
         best = min(an, key=lambda a: an[a])
-        bar(f"First call after start, {path} path (first/warm)",
-            f"{f(wv, 1)} ({f(mval(T[f'{path}/wharf'], 'first_request_ms'))} ms)",
+        bar(what, f"{f(wv, 1)} ({f(mval(T[f'{path}/wharf'], 'first_request_ms'))} ms)",
             f"floor {f(fl, 1)}, {best} {f(an[best], 1)}", "≤ floor and ≤ best anchor", wv <= fl and wv <= an[best])
+
+    fh = load("first-hit")
+    if fh:
+        H = targets(fh)
+        rows = []
+        for n in ("cache/wharf", "cache/nginx", "cache/haproxy", "floor"):
+            t = H[n]
+            rows.append([n, f(mval(t, "prime_ms")), f(mval(t, "connect_ms")), f(mval(t, "first_request_ms")),
+                         f(mval(t, "warm_p50_ms")), f(mval(t, "first_over_warm"), 1), str(errors_total(t))])
+        S(f"**The cache-hit path's first call** (`wharf bench first-call --cmd … --prime-calls 1 --rounds "
+          f"{M['first_rounds']}`): the gateway is started, one call fills its cache on a connection of its own "
+          "(the fill), and the first call on a new connection is timed: the first hit after the start, the "
+          "first time that path runs. The floor runs the same scenario (its second call, on a new connection).\n\n"
+          + table(["target", "fill ms", "connect ms", "first hit ms", "warm p50 ms", "first / warm", "errors"], rows))
+        first_call_bar("First call after start, cache-hit path (first hit after the fill / warm)", H, "cache")
+    first_call_bar("First call after start, pass path (first/warm)", T, "pass")
 
 if IDLE:
     # in IDLE_GAPS order (file names sort 120s before 20s)
@@ -1361,6 +1378,14 @@ bench first-call first-call --rounds "$FIRST_ROUNDS" --poll 1ms \
     --target "pass/wharf=$(url_wharf "$CWP" "$TB" /bytes/1024 0)" --cmd "$CMD_WHARF" \
     --target "pass/nginx=$(url_nginx "$CNP" pass /bytes/1024)" --cmd "$CMD_NGINX" \
     --target "pass/haproxy=$(url_haproxy "$CHP" /bytes/1024)" --cmd "$CMD_HAPROXY" \
+    --target "floor=$(url_floor "$CFL" /bytes/1024)" --cmd "$CMD_FLOOR"
+# The cache-hit path's first call (the bar's "cache-hit path (no origin)"): after a start
+# every cache is empty, so one call fills it on a connection of its own and the first call
+# on a new connection is the first hit. The floor runs the same scenario (its second call).
+bench first-hit first-call --rounds "$FIRST_ROUNDS" --poll 1ms --prime-calls 1 \
+    --target "cache/wharf=$(url_wharf "$CWP" "$TB" /bytes/1024 "$TTL")" --cmd "$CMD_WHARF" \
+    --target "cache/nginx=$(url_nginx "$CNP" cache /bytes/1024)" --cmd "$D/nginx-cold.sh" \
+    --target "cache/haproxy=$(url_haproxy "$CHC" /bytes/1024)" --cmd "$CMD_HAPROXY" \
     --target "floor=$(url_floor "$CFL" /bytes/1024)" --cmd "$CMD_FLOOR"
 
 # ================================================================ 10000 slow calls, RSS per call (full run)
