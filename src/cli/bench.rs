@@ -194,6 +194,11 @@ pub(crate) enum ScenarioArgs {
         /// Load before the window, not recorded.
         #[arg(long, value_parser = duration, default_value = "2s")]
         warmup: Duration,
+        /// The processes serving a target (e.g. nginx's master and workers): their CPU time
+        /// over the window is reported per call (server_cpu_us_per_call) and as cores kept
+        /// busy (server_cores). Repeat per target.
+        #[arg(long = "server-pids", value_name = "NAME=PID[,PID...]")]
+        server_pids: Vec<String>,
     },
 }
 
@@ -229,6 +234,31 @@ fn with_commands(targets: Vec<Target>, cmds: &[String]) -> anyhow::Result<Vec<Ta
         .zip(cmds)
         .map(|(target, cmd)| Ok(target.with_command(wharf_bench::split_command(cmd)?)))
         .collect()
+}
+
+/// Gives each `--server-pids NAME=PID[,PID...]` to the target of that name.
+fn with_server_pids(mut targets: Vec<Target>, specs: &[String]) -> anyhow::Result<Vec<Target>> {
+    for spec in specs {
+        let Some((name, list)) = spec.split_once('=') else {
+            bail!("--server-pids {spec:?}: expected NAME=PID[,PID...]");
+        };
+        let pids = list
+            .split(',')
+            .map(|pid| {
+                pid.trim()
+                    .parse::<u32>()
+                    .with_context(|| format!("--server-pids {spec:?}: {pid:?} is not a process id"))
+            })
+            .collect::<anyhow::Result<Vec<u32>>>()?;
+        let Some(target) = targets.iter_mut().find(|t| t.name == name.trim()) else {
+            bail!("--server-pids {spec:?}: no target is named {name:?}");
+        };
+        if !target.server_pids.is_empty() {
+            bail!("--server-pids: target {name:?} is given twice");
+        }
+        target.server_pids = pids;
+    }
+    Ok(targets)
 }
 
 /// The target named `target` for a single `--url`.
@@ -332,15 +362,17 @@ fn bench(args: &BenchArgs) -> anyhow::Result<Bench> {
             concurrency,
             duration,
             warmup,
+            server_pids,
         } => {
             let config = ThroughputConfig {
                 concurrency: *concurrency,
                 duration: *duration,
                 warmup: *warmup,
             };
+            let found = targets(specs, single(url.clone()))?;
             (
                 Scenario::Throughput(config),
-                targets(specs, single(url.clone()))?,
+                with_server_pids(found, server_pids)?,
             )
         }
     };
@@ -376,4 +408,37 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two() -> Vec<Target> {
+        vec![
+            Target::new("a", "http://h:1/"),
+            Target::new("b", "http://h:1/"),
+        ]
+    }
+
+    #[test]
+    fn server_pids_go_to_the_target_named() {
+        let found = with_server_pids(two(), &["b=12,34".into()]).unwrap();
+        assert!(found[0].server_pids.is_empty());
+        assert_eq!(found[1].server_pids, vec![12, 34]);
+    }
+
+    #[test]
+    fn bad_server_pids_are_refused_with_the_flag() {
+        for (spec, says) in [
+            ("c=1", "no target is named"),
+            ("a=1,x", "\"x\" is not a process id"),
+            ("a", "expected NAME=PID"),
+        ] {
+            let error = with_server_pids(two(), &[spec.into()]).unwrap_err();
+            assert!(format!("{error:#}").contains(says), "{spec}: {error:#}");
+        }
+        let error = with_server_pids(two(), &["a=1".into(), "a=2".into()]).unwrap_err();
+        assert!(error.to_string().contains("given twice"), "{error}");
+    }
 }

@@ -40,6 +40,7 @@ mod progress;
 pub mod report;
 pub mod rusage;
 pub mod scenarios;
+pub mod server_cpu;
 pub mod stats;
 
 use std::sync::Arc;
@@ -79,6 +80,9 @@ pub struct Target {
     pub fast_url: Option<String>,
     /// The command `cold-start` (or `first-call`) starts: program, then arguments.
     pub command: Option<Vec<String>>,
+    /// The processes that serve it, whose CPU time `throughput` reports per call (none:
+    /// not reported).
+    pub server_pids: Vec<u32>,
 }
 
 impl Target {
@@ -89,6 +93,7 @@ impl Target {
             url: url.into(),
             fast_url: None,
             command: None,
+            server_pids: Vec::new(),
         }
     }
 
@@ -101,6 +106,12 @@ impl Target {
     /// The same target with a command to start (program, then arguments).
     pub fn with_command(mut self, words: Vec<String>) -> Target {
         self.command = Some(words);
+        self
+    }
+
+    /// The same target with the processes that serve it (see [`Target::server_pids`]).
+    pub fn with_server_pids(mut self, pids: Vec<u32>) -> Target {
+        self.server_pids = pids;
         self
     }
 
@@ -219,6 +230,7 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
             main: Arc::new(Endpoint::resolve(&target.name, &target.url).await?),
             fast,
             command: target.command.clone(),
+            server_pids: target.server_pids.clone(),
         });
     }
     let units = bench.scenario.units() * u64::from(bench.rounds) * prepared.len() as u64;
@@ -301,6 +313,16 @@ fn check(bench: &Bench) -> Result<(), BenchError> {
             )));
         }
         bench.scenario.check(target)?;
+        if let Some(pid) = target
+            .server_pids
+            .iter()
+            .find(|&&pid| !server_cpu::exists(pid))
+        {
+            return Err(BenchError::Target {
+                target: target.name.clone(),
+                what: format!("no process {pid} to read the server's CPU time from"),
+            });
+        }
     }
     Ok(())
 }

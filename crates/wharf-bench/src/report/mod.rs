@@ -129,6 +129,8 @@ pub struct MetricReport {
 pub enum Unit {
     /// Milliseconds.
     Ms,
+    /// Microseconds.
+    Us,
     /// A number of calls or events.
     Count,
     /// Events per second.

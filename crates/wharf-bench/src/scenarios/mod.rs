@@ -141,6 +141,8 @@ pub(crate) struct Prepared {
     pub(crate) fast: Option<Arc<Endpoint>>,
     /// The command of `cold-start` (and optionally `first-call`).
     pub(crate) command: Option<Vec<String>>,
+    /// The processes serving the target (`throughput` reports their CPU time per call).
+    pub(crate) server_pids: Vec<u32>,
 }
 
 /// What every round gets from the runner.

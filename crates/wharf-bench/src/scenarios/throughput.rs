@@ -8,6 +8,10 @@
 //! pauses `RETRY_PAUSE` so a dead target is not hammered. Calls still in flight when the
 //! window closes are abandoned. Each worker keeps its own histogram; they are merged at the
 //! end, so workers share nothing while measuring.
+//!
+//! With the target's server processes known (`Target::server_pids`), their CPU time over
+//! the window is reported too: `server_cpu_us_per_call` (per successful call) and
+//! `server_cores` (cores kept busy on average).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +20,7 @@ use crate::client::{keep_alive_call, CallError, Endpoint};
 use crate::progress::{ticks, Progress};
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
+use crate::server_cpu;
 use crate::stats::ErrorCounts;
 use crate::BenchError;
 
@@ -133,9 +138,25 @@ pub(crate) async fn round(
         })
         .collect();
     let progress: &Progress = &ctx.progress;
+    let mut server_cpu = None;
+    if !target.server_pids.is_empty() {
+        progress
+            .sleep(measure_from.saturating_duration_since(Instant::now()))
+            .await;
+        server_cpu = Some((server_cpu::on_cpu(&target.server_pids), Instant::now()));
+    }
     progress
         .sleep(end.saturating_duration_since(Instant::now()))
         .await;
+    // Read as the window closes, before the workers' last calls are awaited.
+    let server_cpu = server_cpu.map(|(before, since)| {
+        let after = server_cpu::on_cpu(&target.server_pids);
+        let wall = since.elapsed();
+        match (before, after) {
+            (Ok(before), Ok(after)) => Ok((after.saturating_sub(before), wall)),
+            (Err(why), _) | (_, Err(why)) => Err(why),
+        }
+    });
     let mut class = ClassRound::new("requests");
     let mut warmup_errors = ErrorCounts::default();
     for task in workers {
@@ -158,8 +179,25 @@ pub(crate) async fn round(
         ));
     }
     let errors = class.errors.total as f64;
+    let calls = class.latencies.len();
     round.classes.push(class);
     round.metric("requests_per_s", Some(rps), Unit::PerSecond, Better::Higher);
     round.metric("errors", Some(errors), Unit::Count, Better::Lower);
+    if let Some(server_cpu) = server_cpu {
+        let (per_call, cores) = match server_cpu {
+            Ok((cpu, wall)) => (
+                (calls > 0).then(|| cpu.as_secs_f64() * 1e6 / calls as f64),
+                (!wall.is_zero()).then(|| cpu.as_secs_f64() / wall.as_secs_f64()),
+            ),
+            Err(why) => {
+                round
+                    .notes
+                    .push(format!("the server's CPU time could not be read: {why}"));
+                (None, None)
+            }
+        };
+        round.metric("server_cpu_us_per_call", per_call, Unit::Us, Better::Lower);
+        round.metric("server_cores", cores, Unit::Ratio, Better::Lower);
+    }
     Ok(round)
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wharf_bench::{
-    BurstConfig, FirstCallConfig, IdleConfig, ResponsivenessConfig, Scenario, Target,
+    BenchError, BurstConfig, FirstCallConfig, IdleConfig, ResponsivenessConfig, Scenario, Target,
     ThroughputConfig,
 };
 
@@ -145,6 +145,52 @@ async fn first_call_compares_with_warm_calls() {
     assert!(metric(t, "connect_ms").value.is_some());
     assert!(metric(t, "first_over_warm").value.unwrap() > 0.0);
     assert_eq!(tb.hits("/fast"), 21);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throughput_reports_the_server_cpu_per_call() {
+    // The testbed runs in this process: its CPU time is this process's.
+    let tb = testbed().await;
+    let config = ThroughputConfig {
+        concurrency: 4,
+        duration: Duration::from_millis(400),
+        warmup: Duration::from_millis(100),
+    };
+    let target = Target::new("testbed", tb.url("/fast")).with_server_pids(vec![std::process::id()]);
+    let report = run(&bench(Scenario::Throughput(config.clone()), vec![target])).await;
+    let t = &report.targets[0];
+    let calls = class(t, "requests").ok;
+    assert!(calls > 0);
+    let per_call = metric(t, "server_cpu_us_per_call").value.unwrap();
+    let cores = metric(t, "server_cores").value.unwrap();
+    assert!(
+        per_call > 0.0 && cores > 0.0,
+        "{per_call} us per call, {cores} cores"
+    );
+    // As much CPU as the window's calls took, within what the window can hold.
+    let cpu_s = per_call * calls as f64 / 1e6;
+    assert!(
+        cpu_s <= 0.4 * 1.5 * std::thread::available_parallelism().map_or(1, usize::from) as f64,
+        "{cpu_s}"
+    );
+
+    // Without server processes the metrics are not there; a process that does not exist
+    // is refused before anything runs.
+    let plain = run(&bench(
+        Scenario::Throughput(config.clone()),
+        vec![Target::new("testbed", tb.url("/fast"))],
+    ))
+    .await;
+    assert!(plain.targets[0]
+        .metrics
+        .iter()
+        .all(|m| m.name != "server_cpu_us_per_call"));
+    let gone = Target::new("gone", tb.url("/fast")).with_server_pids(vec![1 << 30]);
+    let result = wharf_bench::run(&bench(Scenario::Throughput(config), vec![gone])).await;
+    assert!(
+        matches!(&result, Err(BenchError::Target { what, .. }) if what.contains("no process")),
+        "{result:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
