@@ -676,6 +676,7 @@ def tp_rows(T, prefix, names):
     b = T[f"{prefix}/{best}"] if best else None
     brps = mval(b, "requests_per_s") if b else None
     bp99 = cls(b, "requests")["latency_ms"]["p99"] if b else None
+    bcpu = mval(b, "server_cpu_us_per_call") if b else None
     rows = []
     for n in names:
         key = f"{prefix}/{n}"
@@ -685,14 +686,17 @@ def tp_rows(T, prefix, names):
         m = metric(t, "requests_per_s")
         c = cls(t, "requests")
         per = " / ".join(f(x) for x in m["per_round"] if x is not None)
+        cpu = mval(t, "server_cpu_us_per_call")
         rows.append([n + (" (best anchor)" if n == best else ""), f(m["value"]), per, xr(m["value"], brps),
                      f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), xr(c["latency_ms"]["p99"], bp99),
-                     str(c["total"]["errors"]["total"]), f"{t['client']['busy'] * 100:.0f} %"])
+                     str(c["total"]["errors"]["total"]),
+                     f"{f(cpu)} ({xr(cpu, bcpu)})" if cpu is not None else "–", f(mval(t, "server_cores")),
+                     f"{t['client']['busy'] * 100:.0f} %"])
     return rows, best
 
 
 TP_HEAD = ["target", "requests/s (median)", "per round", "× best anchor", "p50 ms", "p99 ms", "p99 × best anchor", "errors",
-           "client CPU"]
+           "server CPU µs per call (× best anchor)", "server cores", "client CPU"]
 tp = {"shared": load("throughput-shared"), "pinned": load("throughput-pinned")}
 for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through throughput (no cache)")):
     parts = []
@@ -720,7 +724,12 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
                 bar(f"Pass-through {size}, {mode}", f"{f(wr)} req/s ({xr(wr, br)})", f"{best} {f(br)} req/s",
                     "≥ 1.0 × req/s", wr >= br and werr == 0)
     S(f"### {label}\n\n`/bytes/1024` and `/bytes/102400` through each gateway" +
-      (" (the floor is the testbed serving them directly)" if kind == "pass" else "") + ".\n\n" + "\n".join(parts))
+      (" (the floor is the testbed serving them directly)" if kind == "pass" else "") + ". **Server CPU per "
+      "call**: the on-CPU time of the target's processes (every thread; nginx's master and workers; not the "
+      "upstream testbed) over the measured window, per call (`wharf bench --server-pids`), median over rounds; "
+      "**server cores**: the same time over the window's length. When the machine's cores are saturated "
+      "(client, gateway and upstream share them) a gateway's lower CPU per call moves its rate by less than "
+      "the rounds spread.\n\n" + "\n".join(parts))
 
 rep = load("router")
 if rep:
@@ -733,7 +742,8 @@ if rep:
             m = metric(t, "requests_per_s")
             c = cls(t, "requests")
             rows.append([n, f(m["value"]), " / ".join(f(x) for x in m["per_round"] if x is not None),
-                         f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), str(c["total"]["errors"]["total"])])
+                         f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), f(mval(t, "server_cpu_us_per_call")),
+                         str(c["total"]["errors"]["total"])])
         paired = [b / a for a, b in zip(metric(p, "requests_per_s")["per_round"],
                                          metric(r, "requests_per_s")["per_round"]) if a and b]
         shared = load("throughput-shared")
@@ -746,8 +756,11 @@ if rep:
           f"two near-equal rates needs more rounds than the throughput tables): {rep['rounds']} round(s) of "
           f"{settings['duration']} after a {settings['warmup']} warm-up, 64 keep-alive connections, "
           "wharf with 2 workers.\n\n"
-          + table(["route", "requests/s (median)", "per round", "p50 ms", "p99 ms", "errors"], rows)
+          + table(["route", "requests/s (median)", "per round", "p50 ms", "p99 ms", "wharf CPU µs per call", "errors"],
+                  rows)
           + f"\nrewrite / plain = **{ratio(rr, pr):.3f}** (medians)"
+          + (f"; wharf's CPU per call, rewrite / plain = {ratio(mval(r, 'server_cpu_us_per_call'), mval(p, 'server_cpu_us_per_call')):.3f}"
+             if mval(p, "server_cpu_us_per_call") and mval(r, "server_cpu_us_per_call") else "")
           + (f"; the median of the {len(paired)} per-round ratios, each pair measured back to back, is "
              f"{statistics.median(paired):.3f}." if paired else ".")
           + (f" For scale: the proxy's pass-through of the same object made {f(pw)} req/s in the shared "
@@ -1300,15 +1313,27 @@ bench burst burst --connections "$BURST" --rounds "$BURST_ROUNDS" \
     --target "floor=$(url_floor "$TB" /fast)"
 
 # ================================================================ throughput, shared
-# throughput_targets MODE TB WP NP HC HP FLOOR_TB: into TARGETS, the --target arguments
+# server_pids NAME: the PID of the instance started as NAME and of its children (nginx's
+# workers), comma-separated, for `wharf bench --server-pids` (the server's CPU per call)
+server_pids() {
+    local pid=${PID[$1]}
+    echo "$pid$( (pgrep -P "$pid" || true) | sed 's/^/,/' | tr -d '\n')"
+}
+# throughput_targets TB WP NP HC HP FLOOR_TB WHARF NGINX HAPROXY FLOOR: into TARGETS, the
+# --target arguments, and each target's --server-pids (the last four: instance names)
 throughput_targets() {
-    local mode=$1 tb=$2 wp=$3 np=$4 hc=$5 hp=$6 ftb=$7 size label
+    local tb=$1 wp=$2 np=$3 hc=$4 hp=$5 ftb=$6 size label
+    local -A pids=([wharf]=$(server_pids "$7") [nginx]=$(server_pids "$8") [haproxy]=$(server_pids "$9")
+        [floor]=$(server_pids "${10}"))
     TARGETS=()
     for size in 1024 102400; do
         label=$([ "$size" = 1024 ] && echo 1KiB || echo 100KiB)
         TARGETS+=(--target "cache-$label/wharf=$(url_wharf "$wp" "$tb" "/bytes/$size" "$TTL")")
         TARGETS+=(--target "cache-$label/nginx=$(url_nginx "$np" cache "/bytes/$size")")
         TARGETS+=(--target "cache-$label/haproxy=$(url_haproxy "$hc" "/bytes/$size")")
+        for gw in wharf nginx haproxy; do
+            TARGETS+=(--server-pids "cache-$label/$gw=${pids[$gw]}")
+        done
     done
     for size in 1024 102400; do
         label=$([ "$size" = 1024 ] && echo 1KiB || echo 100KiB)
@@ -1316,10 +1341,13 @@ throughput_targets() {
         TARGETS+=(--target "pass-$label/nginx=$(url_nginx "$np" pass "/bytes/$size")")
         TARGETS+=(--target "pass-$label/haproxy=$(url_haproxy "$hp" "/bytes/$size")")
         TARGETS+=(--target "pass-$label/floor=$(url_floor "$ftb" "/bytes/$size")")
+        for gw in wharf nginx haproxy floor; do
+            TARGETS+=(--server-pids "pass-$label/$gw=${pids[$gw]}")
+        done
     done
 }
 phase "throughput-shared"
-throughput_targets shared "$TB" "$WP" "$NP" "$HC" "$HP" "$TB"
+throughput_targets "$TB" "$WP" "$NP" "$HC" "$HP" "$TB" wharf nginx haproxy tb
 bench throughput-shared throughput --concurrency "$CONCURRENCY" --duration "$TP_DURATION" \
     --warmup "$TP_WARMUP" --rounds "$TP_ROUNDS" "${TARGETS[@]}"
 
@@ -1331,7 +1359,8 @@ phase "router"
 bench router throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION" \
     --warmup "$ROUTE_WARMUP" --rounds "$ROUTE_ROUNDS" \
     --target "route-1KiB/plain=http://127.0.0.1:$WP/plain/bytes/1024" \
-    --target "route-1KiB/rewrite=http://127.0.0.1:$WP/rewrite/bytes/1024"
+    --target "route-1KiB/rewrite=http://127.0.0.1:$WP/rewrite/bytes/1024" \
+    --server-pids "route-1KiB/plain=$(server_pids wharf)" --server-pids "route-1KiB/rewrite=$(server_pids wharf)"
 
 # ================================================================ throughput, pinned
 phase "throughput-pinned"
@@ -1345,7 +1374,7 @@ WHARF_WORKERS_PINNED=$(python3 "$H" workers "${PID[wharf-pinned]}")
 for name in tb-pinned floor-pinned wharf-pinned nginx-pinned haproxy-pinned; do
     echo "$name $(taskset -pc "${PID[$name]}" | sed 's/.*: //')" >>"$D/meta/affinity.txt"
 done
-throughput_targets pinned "$PTB" "$PWP" "$PNP" "$PHC" "$PHP" "$PFL"
+throughput_targets "$PTB" "$PWP" "$PNP" "$PHC" "$PHP" "$PFL" wharf-pinned nginx-pinned haproxy-pinned floor-pinned
 bench throughput-pinned pinned throughput --concurrency "$CONCURRENCY" --duration "$TP_DURATION" \
     --warmup "$TP_WARMUP" --rounds "$TP_ROUNDS" "${TARGETS[@]}"
 stop wharf-pinned nginx-pinned haproxy-pinned floor-pinned tb-pinned
