@@ -1314,10 +1314,12 @@ bench burst burst --connections "$BURST" --rounds "$BURST_ROUNDS" \
 
 # ================================================================ throughput, shared
 # server_pids NAME: the PID of the instance started as NAME and of its children (nginx's
-# workers), comma-separated, for `wharf bench --server-pids` (the server's CPU per call)
+# workers and cache manager), comma-separated, for `wharf bench --server-pids` (the
+# server's CPU per call). Not nginx's cache loader: it exits a minute after the start, and
+# a server process that ends during a round leaves that round without the figure.
 server_pids() {
     local pid=${PID[$1]}
-    echo "$pid$( (pgrep -P "$pid" || true) | sed 's/^/,/' | tr -d '\n')"
+    echo "$pid$(ps -o pid=,args= --ppid "$pid" | grep -v 'cache loader' | awk '{printf ",%s", $1}')"
 }
 # throughput_targets TB WP NP HC HP FLOOR_TB WHARF NGINX HAPROXY FLOOR: into TARGETS, the
 # --target arguments, and each target's --server-pids (the last four: instance names)
