@@ -725,8 +725,8 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
                     "≥ 1.0 × req/s", wr >= br and werr == 0)
     S(f"### {label}\n\n`/bytes/1024` and `/bytes/102400` through each gateway" +
       (" (the floor is the testbed serving them directly)" if kind == "pass" else "") + ". **Server CPU per "
-      "call**: the on-CPU time of the target's processes (every thread; nginx's master and workers; not the "
-      "upstream testbed) over the measured window, per call (`wharf bench --server-pids`), median over rounds; "
+      "call**: the CPU time (user + system) of the target's processes (nginx's master, workers and cache manager; "
+      "not the upstream testbed) over the measured window, per call (`wharf bench --server-pids`), median over rounds; "
       "**server cores**: the same time over the window's length. When the machine's cores are saturated "
       "(client, gateway and upstream share them) a gateway's lower CPU per call moves its rate by less than "
       "the rounds spread.\n\n" + "\n".join(parts))

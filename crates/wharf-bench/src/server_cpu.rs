@@ -3,49 +3,46 @@
 //!
 //! On one machine the client, the gateway and its upstream share the cores: a gateway that
 //! needs less CPU per call leaves more to the others, and its request rate moves by less
-//! than the rounds spread. The CPU per call shows the difference a rate hides. It is read
-//! from `/proc/PID/task/*/schedstat` (nanoseconds on a CPU, per thread, kept by the
-//! scheduler): finer than the clock ticks of `/proc/PID/stat`, and needing no privilege for
-//! the caller's own processes. Threads that end between two readings take their time with
-//! them; a server's threads live as long as it does.
+//! than the rounds spread. The CPU per call shows the difference a rate hides.
+//!
+//! It is read from `/proc/PID/stat` (user + system time): those counters keep the time of
+//! the process's threads that have ended, which a sum over the live threads'
+//! `/proc/PID/task/*/schedstat` loses (a server that retires idle threads would seem to
+//! give CPU time back). They count in clock ticks (`_SC_CLK_TCK`, 100 per second here): over
+//! a 2 s window of a busy server one tick is 0.5 %.
 
-use std::path::Path;
 use std::time::Duration;
 
-/// On-CPU time of every thread of every process in `pids` so far, or why it cannot be read
-/// (a process that is gone, no `/proc`).
+/// CPU time (user + system) used so far by the processes in `pids`, or why it cannot be
+/// read (a process that is gone, no `/proc`).
 pub(crate) fn on_cpu(pids: &[u32]) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
+    let per_second = rustix::param::clock_ticks_per_second().max(1);
+    let mut ticks: u64 = 0;
     for &pid in pids {
-        total += process_on_cpu(Path::new(&format!("/proc/{pid}")))
-            .map_err(|why| format!("process {pid}: {why}"))?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_err(|e| format!("process {pid}: {e}"))?;
+        let used = cpu_ticks(&stat)
+            .ok_or_else(|| format!("process {pid}: unreadable /proc/{pid}/stat {stat:?}"))?;
+        ticks = ticks.saturating_add(used);
     }
-    Ok(total)
+    Ok(Duration::from_secs_f64(ticks as f64 / per_second as f64))
 }
 
 /// Whether a process with this id exists now.
 pub fn exists(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}/task")).is_dir()
+    std::path::Path::new(&format!("/proc/{pid}/stat")).is_file()
 }
 
-/// The summed on-CPU time of the threads under `proc_dir/task`.
-fn process_on_cpu(proc_dir: &Path) -> Result<Duration, String> {
-    let tasks = std::fs::read_dir(proc_dir.join("task")).map_err(|e| e.to_string())?;
-    let mut nanos: u64 = 0;
-    for task in tasks.flatten() {
-        // A thread that ended after the listing has no file any more: it counts as nothing.
-        if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
-            nanos = nanos.saturating_add(
-                schedstat_nanos(&text).ok_or_else(|| format!("unreadable schedstat {text:?}"))?,
-            );
-        }
-    }
-    Ok(Duration::from_nanos(nanos))
-}
-
-/// The first field of a `schedstat` line: nanoseconds spent on a CPU.
-fn schedstat_nanos(text: &str) -> Option<u64> {
-    text.split_whitespace().next()?.parse().ok()
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The command name (field 2)
+/// is in parentheses and may hold spaces and parentheses itself, so fields are counted
+/// after its last `)`.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Field 3 (the state) is the first after the name: utime is the 12th, stime the 13th.
+    let mut fields = after_name.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    utime.checked_add(stime)
 }
 
 #[cfg(test)]
@@ -53,10 +50,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedstat_lines() {
-        assert_eq!(schedstat_nanos("123456 789 12\n"), Some(123_456));
-        assert_eq!(schedstat_nanos(""), None);
-        assert_eq!(schedstat_nanos("x 1 2"), None);
+    fn stat_lines() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0";
+        assert_eq!(cpu_ticks(line), Some(325));
+        assert_eq!(cpu_ticks("4242 (x) S 1 2"), None);
+        assert_eq!(cpu_ticks("no name"), None);
     }
 
     #[test]
@@ -66,12 +64,13 @@ mod tests {
         let before = on_cpu(&[me]).unwrap();
         let spin = std::time::Instant::now();
         let mut x = 0u64;
-        while spin.elapsed() < Duration::from_millis(30) {
+        while spin.elapsed() < Duration::from_millis(100) {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let after = on_cpu(&[me]).unwrap();
+        // Ticks of 10 ms, and other tests' threads may be running too: at least half.
         assert!(
-            after - before >= Duration::from_millis(10),
+            after - before >= Duration::from_millis(50),
             "{before:?} {after:?}"
         );
         // Pids are at most 2^22 on Linux.
