@@ -68,7 +68,8 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let after = on_cpu(&[me]).unwrap();
-        // Ticks of 10 ms, and other tests' threads may be running too: at least half.
+        // Counted in 10 ms ticks, and the spin may share its core with other tests: at
+        // least half of it.
         assert!(
             after - before >= Duration::from_millis(50),
             "{before:?} {after:?}"

@@ -10,8 +10,9 @@
 //! command is stopped at the end of the round.
 //!
 //! With `prime_calls`, that first connection carries that many calls first (timed apart,
-//! as `prime_ms`) and is closed; the timed first request then goes on a new connection. That times the first call of a path a server can only reach after an earlier
-//! call: a cache's hit path, which after a start needs the fill first.
+//! as `prime_ms`) and is closed; the timed first request then goes on a new connection.
+//! That times the first call of a path a server can only reach after an earlier call: a
+//! cache's hit path, which after a start needs the fill first.
 
 use std::time::{Duration, Instant};
 
