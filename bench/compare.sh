@@ -79,7 +79,8 @@ else
     # 1 KiB pass-through verdicts still flipped (x0.90-1.02 against HAProxy, rounds of one
     # target 49-61k req/s in one run); a median of five survives two. The 0.5 s warm-up (a
     # round opens new connections and fills no cache) and the idle gaps run at once pay
-    # for it.
+    # for it. It did not end the flips: the machine's slow phases span whole rounds, and
+    # the three gateways' 1 KiB pass-through costs are within the spread (RESULTS.md).
     TP_ROUNDS=5; TP_DURATION=2s; TP_WARMUP=500ms
     # The router figure is a ratio of two near-equal rates: its own run of just the two,
     # more rounds, each target first in every other round.
