@@ -688,7 +688,12 @@ def tp_rows(T, prefix, names):
         c = cls(t, "requests")
         per = " / ".join(f(x) for x in m["per_round"] if x is not None)
         cpu = mval(t, "server_cpu_us_per_call")
+        paired = None
+        if b:
+            pairs = [x / y for x, y in zip(m["per_round"], metric(b, "requests_per_s")["per_round"]) if x and y]
+            paired = statistics.median(pairs) if pairs else None
         rows.append([n + (" (best anchor)" if n == best else ""), f(m["value"]), per, xr(m["value"], brps),
+                     "–" if paired is None else f"×{paired:.2f}",
                      f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), xr(c["latency_ms"]["p99"], bp99),
                      str(c["total"]["errors"]["total"]),
                      f"{f(cpu)} ({xr(cpu, bcpu)})" if cpu is not None else "–", f(mval(t, "server_cores")),
@@ -696,7 +701,8 @@ def tp_rows(T, prefix, names):
     return rows, best
 
 
-TP_HEAD = ["target", "requests/s (median)", "per round", "× best anchor", "p50 ms", "p99 ms", "p99 × best anchor", "errors",
+TP_HEAD = ["target", "requests/s (median)", "per round", "× best anchor", "paired × best anchor", "p50 ms", "p99 ms",
+           "p99 × best anchor", "errors",
            "server CPU µs per call (× best anchor)", "server cores", "client CPU"]
 tp = {"shared": load("throughput-shared"), "pinned": load("throughput-pinned")}
 for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through throughput (no cache)")):
@@ -730,7 +736,9 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
       "not the upstream testbed) over the measured window, per call (`wharf bench --server-pids`), median over rounds; "
       "**server cores**: the same time over the window's length. When the machine's cores are saturated "
       "(client, gateway and upstream share them) a gateway's lower CPU per call moves its rate by less than "
-      "the rounds spread.\n\n" + "\n".join(parts))
+      "the rounds spread. **Paired × best anchor**: the median of the per-round ratios, each round's two "
+      "figures measured in the same interleaved round (the verdicts divide the medians, as the bar says; the "
+      "machine's slow phases can span whole rounds, which pairing cancels).\n\n" + "\n".join(parts))
 
 rep = load("router")
 if rep:
