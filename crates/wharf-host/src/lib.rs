@@ -46,7 +46,4 @@ pub use server::{Host, HostBuilder, HostError, RunSummary};
 pub use service::{handler, HostService};
 pub use services::{Reloader, ServiceSet};
 pub use warm_up::{WarmUp, WarmUpReport};
-/// Hands a request's header map back once a service has read it, for the next head parsed
-/// on this thread (`wharf_http1::recycle`): two allocations fewer per call.
-pub use wharf_http1::recycle::recycle as recycle_header_map;
 pub use wharf_metrics as metrics;

@@ -24,9 +24,9 @@ pub enum HeadFields {
     /// Every field, in the head's [`HeaderMap`].
     All,
     /// Only the fields of these names, as lines in a [`RelayedFields`]; the head's map is
-    /// empty (the framing and connection fields are read, not kept; nor is `keep-alive`). Names are given in
-    /// lower case (as [`HeaderName::as_str`] gives them), matched without regard to case
-    /// and written as given. Plain strings, not header names: matching them is a length
+    /// empty (the framing and connection fields are read, not kept; nor is `keep-alive`).
+    /// Names are given in lower case (as [`HeaderName::as_str`] gives them), matched
+    /// without regard to case and written as given. Plain strings, not header names: matching them is a length
     /// check and a byte comparison per listed name, where a header name would be looked up
     /// each time.
     Relay(&'static [&'static str]),

@@ -217,7 +217,7 @@ impl Route {
                     };
                     // The head went out: its map (grown by the rewrite) serves the next
                     // head parsed on this thread instead of a new one growing again.
-                    wharf_host::recycle_header_map(std::mem::take(&mut parts.headers));
+                    wharf_http1::recycle::recycle(std::mem::take(&mut parts.headers));
                     return Ok(self.relay(response, lease));
                 }
                 Ok(Err(error)) => {

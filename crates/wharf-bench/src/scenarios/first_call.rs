@@ -132,9 +132,10 @@ pub(crate) async fn round(
             ),
         });
     }
-    let mut prime = ClassRound::new("prime");
-    let connected = match connected {
-        Ok((primed, _)) if config.prime_calls > 0 => {
+    // The prime calls' class, when the round makes any.
+    let mut prime = (config.prime_calls > 0).then(|| ClassRound::new("prime"));
+    let connected = match (connected, prime.as_mut()) {
+        (Ok((primed, _)), Some(prime)) => {
             let mut conn = Some(primed);
             for _ in 0..config.prime_calls {
                 let begin = Instant::now();
@@ -149,7 +150,7 @@ pub(crate) async fn round(
                 .await
                 .map(|conn| (conn, attempt.elapsed()))
         }
-        other => other,
+        (other, _) => other,
     };
     let mut first = ClassRound::new("first");
     let mut conn = None;
@@ -191,7 +192,7 @@ pub(crate) async fn round(
             Better::Lower,
         );
     }
-    if config.prime_calls > 0 {
+    if let Some(prime) = &prime {
         round.metric(
             "prime_ms",
             prime.latencies.p50_ms(),
@@ -207,9 +208,7 @@ pub(crate) async fn round(
         _ => None,
     };
     round.metric("first_over_warm", ratio, Unit::Ratio, Better::Lower);
-    if config.prime_calls > 0 {
-        round.classes.push(prime);
-    }
+    round.classes.extend(prime);
     round.classes.push(first);
     round.classes.push(warm);
     Ok(round)
