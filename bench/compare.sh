@@ -942,17 +942,20 @@ if burst:
                      "yes" if mval(t, "all_served") == 1 else "**no**", str(c["total"]["errors"]["total"]),
                      f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), xr(c["latency_ms"]["p99"], an[best]),
                      f(c["latency_ms"]["max"]), f(mval(t, "makespan_ms")), f(mval(t, "last_start_ms")),
-                     f(mval(t, "p99_from_signal_ms"))])
+                     f(mval(t, "p99_read_ms")), f(mval(t, "p99_from_signal_ms"))])
     S(f"### Burst: {burst['settings'][0]['value']} new connections at once, one call each\n\n`/fast` through the "
       f"pass-through path, {burst['rounds']} round(s), median over rounds. A tail near 1000 ms is a SYN retransmission: "
       "the listen backlog overflowed (listen backlogs: nginx 4096 (`backlog=4096`), HAProxy its maxconn capped by "
       f"somaxconn = {M['somaxconn']}; wharf max_connections clamped to 1024-65535 and capped by somaxconn; the testbed "
-      "tokio's 1024). Latency counts from each call's own start on the client; the client needs a while to "
-      "start 2,000 calls on its threads, and how long depends on the CPU the target leaves it: *last start* is when "
-      "the last call started after the signal, *p99 from signal* the p99 counted from the signal (the bar uses p99)."
-      "\n\n"
+      "tokio's 1024). The client needs a while to start 2,000 calls on its threads, and how long depends on the "
+      "CPU the target leaves it (*last start*: when the last call started after the signal); meanwhile the earlier "
+      "calls' responses wait in their sockets. So a call's latency (p50, p99, max; the bar uses p99) runs from its "
+      "own start (its request leaves within the connect) to the arrival of its response's last byte as the kernel "
+      "stamped it (SO_TIMESTAMPNS), and the makespan to the last arrival; *p99 read* counts to when the client "
+      "read each response instead (the wait included; the p99 this table showed before the kernel stamps were used), *p99 from "
+      "signal* from the signal to each arrival.\n\n"
       + table(["target", "served", "all served", "errors", "p50 ms", "p99 ms", "p99 × best anchor", "max ms",
-               "makespan ms", "last start ms", "p99 from signal ms"], rows))
+               "makespan ms", "last start ms", "p99 read ms", "p99 from signal ms"], rows))
     wt = T["wharf"]
     wp99 = cls(wt, "calls")["latency_ms"]["p99"]
     bar("Burst 2000: all served, no errors, p99", f"{'all' if mval(wt, 'all_served') == 1 else 'NOT all'} served, "

@@ -12,7 +12,8 @@
 //! encoding (`chunked.rs`) or the close, read through the buffer and dropped). The scenarios'
 //! client thus costs little CPU per call, so it is not what limits a fast target (issue 4).
 //! `Conn` keeps its connection for keep-alive calls while the server allows it;
-//! `fresh_call` opens one for a single call. Only `http://` is spoken: TLS set-up is not what
+//! `fresh_call` opens one for a single call, and `stamped_fresh_call` (`stamped.rs`) one whose
+//! request leaves within the connect and whose response's arrival the kernel stamps. Only `http://` is spoken: TLS set-up is not what
 //! these scenarios measure, and requests are GETs without a body.
 //!
 //! Every failure is a [`CallError`]: connect errors, timeouts, non-2xx statuses, socket
@@ -22,6 +23,7 @@
 mod chunked;
 mod endpoint;
 mod response;
+mod stamped;
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,6 +36,7 @@ use tokio::net::TcpStream;
 pub(crate) use endpoint::{Endpoint, Req};
 pub use response::ResponseError;
 use response::ResponseReader;
+pub(crate) use stamped::stamped_fresh_call;
 
 /// The placeholder replaced by the call's sequence number in a URL template.
 pub const CALL_NUMBER: &str = "{n}";

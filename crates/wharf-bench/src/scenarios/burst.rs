@@ -3,20 +3,23 @@
 //! Every call's task and request are made first and wait on one signal, so the K connects
 //! leave together when it is given. A server that serves a burst at once has all K served,
 //! no errors, and a makespan close to its p99; one that ramps up workers (the seed's "1 thread
-//! per 500 ms") shows a long tail. Latency counts from each call's own start (connect
-//! included); `makespan_ms` from the signal to the last call's end.
+//! per 500 ms") shows a long tail. `makespan_ms` runs from the signal to the last response.
 //!
 //! The client starts K calls on a few threads, so the last of them starts a while after the
 //! signal, and how long depends on the CPU the target leaves it (they share the machine):
-//! `last_start_ms` says how long, and `p99_from_signal_ms` is the p99 counted from the
-//! signal instead, the latency of a burst's calls as one batch.
+//! `last_start_ms` says how long. While it starts the later calls the earlier ones' responses
+//! wait in their sockets, so a call's latency is timed by the kernel (`stamped_fresh_call`):
+//! from the call's start (its request leaves within the connect) to the arrival of its
+//! response's last byte, as the socket stamped it. `p99_read_ms` is the p99 counted to when
+//! the client read the response instead (which includes the wait), and `p99_from_signal_ms`
+//! the p99 counted from the signal, the latency of a burst's calls as one batch.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::client::fresh_call;
+use crate::client::stamped_fresh_call;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{join_all, setting, timeline, ClassRound, Ctx, Outcome, Prepared, Round};
 use crate::BenchError;
@@ -53,6 +56,13 @@ impl BurstConfig {
     }
 }
 
+/// One call of a burst: its outcome (finished when its response arrived) and when the client
+/// read that response.
+struct BurstCall {
+    outcome: Outcome,
+    read: Instant,
+}
+
 /// One round: K calls released together.
 pub(crate) async fn round(
     config: &BurstConfig,
@@ -71,13 +81,26 @@ pub(crate) async fn round(
                 // Err only if the sender is gone, which it is not before `send` below.
                 let _ = go.wait_for(|&go| go).await;
                 let started = Instant::now();
-                let result = fresh_call(&endpoint, req, timeout).await;
-                let finished = Instant::now();
+                let started_wall = SystemTime::now();
+                let result = stamped_fresh_call(&endpoint, req, timeout).await;
+                let read = Instant::now();
                 progress.inc(1);
-                Outcome {
-                    started,
-                    finished,
-                    result,
+                // The arrival on the monotonic clock: the start plus the stamped span (a
+                // clock step between the two readings is cut to the span to the read).
+                let finished = match &result {
+                    Ok(arrived) => {
+                        let span = arrived.duration_since(started_wall).unwrap_or_default();
+                        started + span.min(read - started)
+                    }
+                    Err(_) => read,
+                };
+                BurstCall {
+                    outcome: Outcome {
+                        started,
+                        finished,
+                        result: result.map(drop),
+                    },
+                    read,
                 }
             })
         })
@@ -86,7 +109,17 @@ pub(crate) async fn round(
     tokio::task::yield_now().await;
     let origin = Instant::now();
     let _ = go_tx.send(true);
-    let outcomes = join_all(tasks, origin).await;
+    let calls = join_all(tasks, || BurstCall {
+        outcome: Outcome::lost(origin),
+        read: origin,
+    })
+    .await;
+    let mut read_ms: Vec<f64> = calls
+        .iter()
+        .filter(|c| c.outcome.result.is_ok())
+        .map(|c| (c.read - c.outcome.started).as_secs_f64() * 1000.0)
+        .collect();
+    let outcomes: Vec<Outcome> = calls.into_iter().map(|c| c.outcome).collect();
 
     let mut round = Round::default();
     let class = ClassRound::from_outcomes("calls", &outcomes);
@@ -122,6 +155,13 @@ pub(crate) async fn round(
     round.metric(
         "last_start_ms",
         Some(last_start.as_secs_f64() * 1000.0),
+        Unit::Ms,
+        Better::Lower,
+    );
+    read_ms.sort_by(f64::total_cmp);
+    round.metric(
+        "p99_read_ms",
+        nearest_rank(&read_ms, 0.99),
         Unit::Ms,
         Better::Lower,
     );

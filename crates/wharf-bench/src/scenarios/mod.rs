@@ -279,14 +279,14 @@ pub(crate) fn timeline(name: &str, origin: Instant, outcomes: &[Outcome]) -> Tim
     }
 }
 
-/// Awaits every call task; a task that ended without a result counts as a lost call.
-pub(crate) async fn join_all(
-    tasks: Vec<tokio::task::JoinHandle<Outcome>>,
-    origin: Instant,
-) -> Vec<Outcome> {
+/// Awaits every call task; a task that ended without a result gives `lost()` (a lost call).
+pub(crate) async fn join_all<T>(
+    tasks: Vec<tokio::task::JoinHandle<T>>,
+    lost: impl Fn() -> T,
+) -> Vec<T> {
     let mut outcomes = Vec::with_capacity(tasks.len());
     for task in tasks {
-        outcomes.push(task.await.unwrap_or_else(|_| Outcome::lost(origin)));
+        outcomes.push(task.await.unwrap_or_else(|_| lost()));
     }
     outcomes
 }

@@ -106,8 +106,8 @@ pub(crate) async fn round(
     tokio::time::sleep(config.delay).await;
     let fast_started = Instant::now();
     let fast_tasks = start_calls(fast, config.fast_calls, ctx);
-    let slow = join_all(slow_tasks, origin).await;
-    let fast = join_all(fast_tasks, fast_started).await;
+    let slow = join_all(slow_tasks, || Outcome::lost(origin)).await;
+    let fast = join_all(fast_tasks, || Outcome::lost(fast_started)).await;
 
     let mut round = Round::default();
     let first_slow_done = slow

@@ -110,6 +110,11 @@ async fn burst_of_50_is_served_whole() {
         "{from_signal} vs {makespan}"
     );
     assert!(metric(t, "last_start_ms").value.unwrap() < makespan);
+    // Timed to the kernel's stamp of each response's arrival, which is no later than the
+    // client's read of it.
+    let p99 = class(t, "calls").latency_ms.p99.unwrap();
+    let p99_read = metric(t, "p99_read_ms").value.unwrap();
+    assert!(p99 > 0.0 && p99 <= p99_read, "{p99} vs {p99_read}");
     assert_eq!(tb.hits("/fast"), 50);
 }
 
