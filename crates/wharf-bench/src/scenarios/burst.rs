@@ -15,13 +15,15 @@
 //! the p99 counted from the signal, the latency of a burst's calls as one batch.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::client::stamped_fresh_call;
 use crate::report::{Better, Setting, Unit};
-use crate::scenarios::{join_all, setting, timeline, ClassRound, Ctx, Outcome, Prepared, Round};
+use crate::scenarios::{
+    join_all, nearest_rank, read_quantile_ms, setting, timeline, ClassRound, Ctx, Outcome,
+    Prepared, Round, StampedCall,
+};
 use crate::BenchError;
 
 /// Settings of `burst`.
@@ -56,13 +58,6 @@ impl BurstConfig {
     }
 }
 
-/// One call of a burst: its outcome (finished when its response arrived) and when the client
-/// read that response.
-struct BurstCall {
-    outcome: Outcome,
-    read: Instant,
-}
-
 /// One round: K calls released together.
 pub(crate) async fn round(
     config: &BurstConfig,
@@ -80,28 +75,9 @@ pub(crate) async fn round(
             tokio::spawn(async move {
                 // Err only if the sender is gone, which it is not before `send` below.
                 let _ = go.wait_for(|&go| go).await;
-                let started = Instant::now();
-                let started_wall = SystemTime::now();
-                let result = stamped_fresh_call(&endpoint, req, timeout).await;
-                let read = Instant::now();
+                let call = StampedCall::run(&endpoint, req, timeout).await;
                 progress.inc(1);
-                // The arrival on the monotonic clock: the start plus the stamped span (a
-                // clock step between the two readings is cut to the span to the read).
-                let finished = match &result {
-                    Ok(arrived) => {
-                        let span = arrived.duration_since(started_wall).unwrap_or_default();
-                        started + span.min(read - started)
-                    }
-                    Err(_) => read,
-                };
-                BurstCall {
-                    outcome: Outcome {
-                        started,
-                        finished,
-                        result: result.map(drop),
-                    },
-                    read,
-                }
+                call
             })
         })
         .collect();
@@ -109,16 +85,8 @@ pub(crate) async fn round(
     tokio::task::yield_now().await;
     let origin = Instant::now();
     let _ = go_tx.send(true);
-    let calls = join_all(tasks, || BurstCall {
-        outcome: Outcome::lost(origin),
-        read: origin,
-    })
-    .await;
-    let mut read_ms: Vec<f64> = calls
-        .iter()
-        .filter(|c| c.outcome.result.is_ok())
-        .map(|c| (c.read - c.outcome.started).as_secs_f64() * 1000.0)
-        .collect();
+    let calls = join_all(tasks, || StampedCall::lost(origin)).await;
+    let p99_read = read_quantile_ms(&calls, 0.99);
     let outcomes: Vec<Outcome> = calls.into_iter().map(|c| c.outcome).collect();
 
     let mut round = Round::default();
@@ -158,13 +126,7 @@ pub(crate) async fn round(
         Unit::Ms,
         Better::Lower,
     );
-    read_ms.sort_by(f64::total_cmp);
-    round.metric(
-        "p99_read_ms",
-        nearest_rank(&read_ms, 0.99),
-        Unit::Ms,
-        Better::Lower,
-    );
+    round.metric("p99_read_ms", p99_read, Unit::Ms, Better::Lower);
     let mut from_signal: Vec<f64> = outcomes
         .iter()
         .filter(|o| o.result.is_ok())
@@ -179,24 +141,4 @@ pub(crate) async fn round(
     );
     round.timelines.push(timeline("calls", origin, &outcomes));
     Ok(round)
-}
-
-/// The `q` quantile of sorted `values` by the nearest-rank method; `None` when empty.
-fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::nearest_rank;
-
-    #[test]
-    fn nearest_rank_quantiles() {
-        let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(nearest_rank(&hundred, 0.99), Some(99.0));
-        assert_eq!(nearest_rank(&hundred, 0.5), Some(50.0));
-        assert_eq!(nearest_rank(&[7.0], 0.99), Some(7.0));
-        assert_eq!(nearest_rank(&[], 0.99), None);
-    }
 }

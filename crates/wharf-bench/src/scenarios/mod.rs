@@ -17,9 +17,9 @@ pub mod throughput;
 pub(crate) mod process;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::client::{CallError, Endpoint};
+use crate::client::{stamped_fresh_call, CallError, Endpoint, Req};
 use crate::progress::Progress;
 use crate::report::{Better, Setting, Timeline, TimelinePoint, Unit};
 use crate::stats::{ErrorCounts, LatencyHistogram};
@@ -245,6 +245,72 @@ impl Outcome {
     }
 }
 
+/// A call on a connection of its own, timed by the kernel: its outcome, finished when its
+/// response's last byte arrived, and when the client read that response.
+///
+/// Calls that many tasks start at once (`burst`, `responsiveness`) use it: the client, busy
+/// starting the later calls, reads the earlier ones' responses late, and that wait is the
+/// client's, not the target's (`client/stamped.rs`).
+#[derive(Debug)]
+pub(crate) struct StampedCall {
+    pub(crate) outcome: Outcome,
+    /// When the client had read the whole response (or the call failed).
+    pub(crate) read: Instant,
+}
+
+impl StampedCall {
+    /// Makes the call (`stamped_fresh_call`) and times it from now.
+    pub(crate) async fn run(endpoint: &Endpoint, req: Req, timeout: Duration) -> StampedCall {
+        let started = Instant::now();
+        let started_wall = SystemTime::now();
+        let result = stamped_fresh_call(endpoint, req, timeout).await;
+        let read = Instant::now();
+        // The arrival on the monotonic clock: the start plus the stamped span (a clock step
+        // between the two readings is cut to the span to the read).
+        let finished = match &result {
+            Ok(arrived) => {
+                let span = arrived.duration_since(started_wall).unwrap_or_default();
+                started + span.min(read - started)
+            }
+            Err(_) => read,
+        };
+        StampedCall {
+            outcome: Outcome {
+                started,
+                finished,
+                result: result.map(drop),
+            },
+            read,
+        }
+    }
+
+    /// A call whose task was lost (panicked or cancelled).
+    pub(crate) fn lost(at: Instant) -> StampedCall {
+        StampedCall {
+            outcome: Outcome::lost(at),
+            read: at,
+        }
+    }
+}
+
+/// The `q` quantile of the successful `calls`' latencies counted to the client's read (ms),
+/// by the nearest-rank method; `None` when none succeeded.
+pub(crate) fn read_quantile_ms(calls: &[StampedCall], q: f64) -> Option<f64> {
+    let mut read_ms: Vec<f64> = calls
+        .iter()
+        .filter(|c| c.outcome.result.is_ok())
+        .map(|c| (c.read - c.outcome.started).as_secs_f64() * 1000.0)
+        .collect();
+    read_ms.sort_by(f64::total_cmp);
+    nearest_rank(&read_ms, q)
+}
+
+/// The `q` quantile of sorted `values` by the nearest-rank method; `None` when empty.
+pub(crate) fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied()
+}
+
 /// Points kept per timeline (the plots need no more).
 const TIMELINE_POINTS: usize = 200;
 
@@ -316,6 +382,39 @@ pub(crate) fn setting(name: &str, value: impl ToString) -> Setting {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(nearest_rank(&hundred, 0.99), Some(99.0));
+        assert_eq!(nearest_rank(&hundred, 0.5), Some(50.0));
+        assert_eq!(nearest_rank(&[7.0], 0.99), Some(7.0));
+        assert_eq!(nearest_rank(&[], 0.99), None);
+    }
+
+    #[test]
+    fn read_quantiles_count_successful_calls_to_their_read() {
+        let origin = Instant::now();
+        let calls: Vec<StampedCall> = (1..=100u64)
+            .map(|i| StampedCall {
+                outcome: Outcome {
+                    started: origin,
+                    finished: origin + Duration::from_millis(i),
+                    result: if i == 100 {
+                        Err(CallError::Lost)
+                    } else {
+                        Ok(())
+                    },
+                },
+                // Read 1000 ms after the start, whatever the arrival.
+                read: origin + Duration::from_millis(1000 + i),
+            })
+            .collect();
+        assert_eq!(read_quantile_ms(&calls, 0.5).map(f64::round), Some(1050.0));
+        // The failed call (read at 1100 ms) is not counted.
+        assert_eq!(read_quantile_ms(&calls, 1.0).map(f64::round), Some(1099.0));
+        assert_eq!(read_quantile_ms(&calls[99..], 0.99), None);
+    }
 
     #[test]
     fn durations_read_as_written() {

@@ -2,19 +2,22 @@
 //!
 //! N calls to the slow URL start together, each on a connection of its own (as the seed's
 //! 25 `WebClient` threads did); after `delay`, M calls to the fast URL start together the same
-//! way. Each class gets its latency figures (connect included) and errors. The verdict is
+//! way. Each class gets its latency figures (connect included, to the arrival of the
+//! response's last byte as the kernel stamped it: `StampedCall`) and errors. The verdict is
 //! `slow_responses`, the seed's count: fast calls that succeeded but finished after the first
 //! slow call had succeeded. A server that never lets slow calls hold up fast ones scores 0
 //! whatever N is; one that queues fast calls behind slow ones scores M. Failed fast calls are
-//! errors, never fast responses.
+//! errors, never fast responses. `fast_p99_read_ms` is the fast calls' p99 counted to when the
+//! client read each response instead (while it starts calls it reads late).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{fresh_call, Endpoint};
+use crate::client::Endpoint;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{
-    human, join_all, setting, timeline, ClassRound, Ctx, Outcome, Prepared, Round,
+    human, join_all, read_quantile_ms, setting, timeline, ClassRound, Ctx, Outcome, Prepared,
+    Round, StampedCall,
 };
 use crate::BenchError;
 
@@ -67,7 +70,7 @@ fn start_calls(
     endpoint: &Arc<Endpoint>,
     count: u32,
     ctx: &Ctx,
-) -> Vec<tokio::task::JoinHandle<Outcome>> {
+) -> Vec<tokio::task::JoinHandle<StampedCall>> {
     // Requests are built before any call starts, so the calls start back to back.
     let requests: Vec<_> = (0..u64::from(count)).map(|n| endpoint.request(n)).collect();
     requests
@@ -77,15 +80,9 @@ fn start_calls(
             let timeout = ctx.timeout;
             let progress = ctx.progress.clone();
             tokio::spawn(async move {
-                let started = Instant::now();
-                let result = fresh_call(&endpoint, req, timeout).await;
-                let finished = Instant::now();
+                let call = StampedCall::run(&endpoint, req, timeout).await;
                 progress.inc(1);
-                Outcome {
-                    started,
-                    finished,
-                    result,
-                }
+                call
             })
         })
         .collect()
@@ -106,8 +103,11 @@ pub(crate) async fn round(
     tokio::time::sleep(config.delay).await;
     let fast_started = Instant::now();
     let fast_tasks = start_calls(fast, config.fast_calls, ctx);
-    let slow = join_all(slow_tasks, || Outcome::lost(origin)).await;
-    let fast = join_all(fast_tasks, || Outcome::lost(fast_started)).await;
+    let slow = join_all(slow_tasks, || StampedCall::lost(origin)).await;
+    let fast = join_all(fast_tasks, || StampedCall::lost(fast_started)).await;
+    let fast_p99_read = read_quantile_ms(&fast, 0.99);
+    let slow: Vec<Outcome> = slow.into_iter().map(|c| c.outcome).collect();
+    let fast: Vec<Outcome> = fast.into_iter().map(|c| c.outcome).collect();
 
     let mut round = Round::default();
     let first_slow_done = slow
@@ -141,6 +141,7 @@ pub(crate) async fn round(
         Unit::Count,
         Better::Lower,
     );
+    round.metric("fast_p99_read_ms", fast_p99_read, Unit::Ms, Better::Lower);
     round.timelines.push(timeline("slow", origin, &slow));
     round.timelines.push(timeline("fast", origin, &fast));
     Ok(round)
