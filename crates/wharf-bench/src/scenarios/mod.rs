@@ -228,7 +228,8 @@ pub(crate) struct MetricRound {
 pub(crate) struct Outcome {
     /// When the call began (before connecting, for a call on a new connection).
     pub(crate) started: Instant,
-    /// When its last body byte was read, or it failed.
+    /// When its last body byte was read (for a [`StampedCall`], when it arrived), or it
+    /// failed.
     pub(crate) finished: Instant,
     /// Success (2xx, whole body) or why not.
     pub(crate) result: Result<(), CallError>,
