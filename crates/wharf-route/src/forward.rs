@@ -186,6 +186,7 @@ impl Route {
                 method: &parts.method,
                 target: &target,
                 headers: &parts.headers,
+                edits: self.rewrite.edits(),
             };
             let sent = tokio::time::timeout(self.timeout, async {
                 loop {

@@ -24,7 +24,7 @@ use crate::error::{SendError, UpstreamError};
 use crate::pool::PoolSlot;
 use crate::stream::UpstreamStream;
 use wharf_http1::relay::HeadFields;
-use wharf_http1::request::{encode_request_head, request_framing, RequestFraming};
+use wharf_http1::request::{encode_request_head, request_framing, FieldEdits, RequestFraming};
 use wharf_http1::response::{parse_response_head, HeadParse, ParsedHead};
 
 /// First read size, and the smallest the adaptive size shrinks to.
@@ -44,6 +44,9 @@ pub struct RequestHead<'a> {
     /// Every header to send, `host` included; `content-length` and `transfer-encoding` are
     /// replaced by the body's own framing.
     pub headers: &'a HeaderMap,
+    /// Fields of `headers` left out, and fields added, as the head is written
+    /// ([`FieldEdits::NONE`] for none).
+    pub edits: FieldEdits<'a>,
 }
 
 /// A bodiless request encoded once, for a caller that sends the same request many times
@@ -60,7 +63,14 @@ impl EncodedRequest {
     pub fn new(method: &Method, target: &str, headers: &HeaderMap) -> Result<Self, UpstreamError> {
         let mut bytes = Vec::with_capacity(64 + target.len());
         let framing = request_framing(method, true, Some(0));
-        encode_request_head(method, target, headers, framing, &mut bytes)?;
+        encode_request_head(
+            method,
+            target,
+            headers,
+            FieldEdits::NONE,
+            framing,
+            &mut bytes,
+        )?;
         Ok(Self {
             bytes: Bytes::from(bytes),
             method: method.clone(),
@@ -249,6 +259,7 @@ impl Connection {
             request.method,
             request.target,
             request.headers,
+            request.edits,
             framing,
             &mut head,
         )

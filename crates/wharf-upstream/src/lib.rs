@@ -35,4 +35,5 @@ pub use shards::PoolShards;
 pub use stream::UpstreamStream;
 pub use tls::tls_connector;
 pub use wharf_http1::relay::{HeadFields, RelayedFields};
+pub use wharf_http1::request::FieldEdits;
 pub use wharf_http1::response::{MAX_HEADERS, MAX_HEAD_BYTES};

@@ -13,7 +13,9 @@ use http_body::Frame;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use wharf_upstream::{Connection, IdlePool, PoolLimits, RequestHead, ResponseBody, UpstreamError};
+use wharf_upstream::{
+    Connection, FieldEdits, IdlePool, PoolLimits, RequestHead, ResponseBody, UpstreamError,
+};
 
 const LIMITS: PoolLimits = PoolLimits {
     max_idle_per_key: 4,
@@ -92,6 +94,7 @@ async fn get(
         method: &Method::GET,
         target: "/thing?x=1",
         headers: &headers,
+        edits: FieldEdits::NONE,
     };
     connection
         .send(head, std::pin::pin!(Empty::<Bytes>::new()), slot)
@@ -406,6 +409,7 @@ async fn request_bodies_by_length_and_chunked() {
         method: &Method::POST,
         target: "/in",
         headers: &headers,
+        edits: FieldEdits::NONE,
     };
     let response = server
         .connect()
@@ -464,6 +468,7 @@ async fn an_upstream_that_answers_before_taking_the_body_is_heard() {
         method: &Method::POST,
         target: "/upload",
         headers: &headers,
+        edits: FieldEdits::NONE,
     };
     // A body that never ends: only the early answer can finish the call.
     let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
