@@ -128,10 +128,45 @@ pub(crate) fn relay_fields(
     }
 }
 
-/// `wire` (a field name as received) is `known` (lower case), in any case.
+/// `wire` (a field name as received, a token httparse accepted) is `known` (lower-case
+/// letters, digits and `-`), in any case.
+///
+/// Eight bytes at a time: every byte of `known` has the 0x20 bit set, and a wire byte
+/// matches it when the wire byte with that bit set is equal, which is the same letter in
+/// either case, or the same digit or `-` (the other bytes it would let through, CR and
+/// control characters, are not in a token). `eq_ignore_ascii_case` lowers both sides byte
+/// by byte: ~9 instructions a byte, ~1,000 per proxied call over a head's fields.
 #[inline(always)] // a length check that fails, mostly: not worth a call
 pub(crate) fn field_is(known: &str, wire: &[u8]) -> bool {
-    known.len() == wire.len() && known.as_bytes().eq_ignore_ascii_case(wire)
+    let known = known.as_bytes();
+    if known.len() != wire.len() {
+        return false;
+    }
+    debug_assert!(
+        known
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-'),
+        "{known:?}"
+    );
+    let mut known_words = known.chunks_exact(8);
+    let mut wire_words = wire.chunks_exact(8);
+    for (known_word, wire_word) in (&mut known_words).zip(&mut wire_words) {
+        let (Ok(known_word), Ok(wire_word)) = (
+            <[u8; 8]>::try_from(known_word),
+            <[u8; 8]>::try_from(wire_word),
+        ) else {
+            return false; // not reached: both are chunks of eight
+        };
+        const LOWER: u64 = u64::from_ne_bytes([0x20; 8]);
+        if u64::from_ne_bytes(wire_word) | LOWER != u64::from_ne_bytes(known_word) {
+            return false;
+        }
+    }
+    known_words
+        .remainder()
+        .iter()
+        .zip(wire_words.remainder())
+        .all(|(known, wire)| wire | 0x20 == *known)
 }
 
 #[cfg(test)]
@@ -148,6 +183,45 @@ mod tests {
         match parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::Relay(KEPT)) {
             Ok(HeadParse::Complete(_, head)) => head,
             other => panic!("{wire:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn field_names_match_in_any_case_and_nothing_else() {
+        for known in ["etag", "content-length", "last-modified", "x-2", "a"] {
+            assert!(field_is(known, known.as_bytes()), "{known}");
+            assert!(field_is(known, known.to_ascii_uppercase().as_bytes()));
+            let mixed: String = known
+                .chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i % 3 == 0 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            assert!(field_is(known, mixed.as_bytes()), "{mixed}");
+            // Every single-byte change of a token character is a different name.
+            for at in 0..known.len() {
+                for other in
+                    b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                {
+                    let mut wire = known.as_bytes().to_vec();
+                    if wire[at].eq_ignore_ascii_case(other) {
+                        continue;
+                    }
+                    wire[at] = *other;
+                    assert!(
+                        !field_is(known, &wire),
+                        "{known} vs {:?}",
+                        String::from_utf8_lossy(&wire)
+                    );
+                }
+            }
+            assert!(!field_is(known, format!("{known}x").as_bytes()));
+            assert!(!field_is(known, &known.as_bytes()[1..]));
         }
     }
 
