@@ -13,6 +13,9 @@ use wharf_config::TelemetryConfig;
 
 use crate::cli::{Cli, Command};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let exec_started = Instant::now();
     let cli = Cli::parse();
