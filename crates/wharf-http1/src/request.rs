@@ -200,28 +200,37 @@ pub fn parse_request_head(buf: &[u8], max_head_bytes: usize) -> Result<RequestPa
         _ => Version::HTTP_11,
     };
     let path = request.path.unwrap_or("");
-    let (head, mut headers) = header_map(buf, len, request.headers)?;
+    let (head, mut headers, seen) = header_map(buf, len, request.headers)?;
     let uri = Uri::from_maybe_shared(slice_of(&head, buf, path.as_bytes()))
         .map_err(|_| MessageError::Malformed(format!("request target {path:?}")))?;
-    let hosts = headers.get_all(header::HOST).iter().count();
+    let hosts = seen.hosts;
     if hosts > 1 || (hosts == 0 && version == Version::HTTP_11) {
         return Err(MessageError::Malformed(format!(
             "{hosts} host header lines (HTTP/1.1 needs exactly one)"
         )));
     }
-    let mut keep_alive = connection_persists(version, &headers);
-    let framing = if is_chunked(&headers, version)? {
+    // Each rule is asked of the map only when the head has the field it reads: without
+    // it, every rule's answer is the one given here.
+    let mut keep_alive = if seen.connection {
+        connection_persists(version, &headers)
+    } else {
+        version == Version::HTTP_11
+    };
+    let framing = if seen.transfer_encoding && is_chunked(&headers, version)? {
         if headers.remove(header::CONTENT_LENGTH).is_some() {
             keep_alive = false;
         }
         RequestFraming::Chunked
-    } else {
+    } else if seen.content_length {
         match content_length(&mut headers)? {
             Some(0) | None => RequestFraming::None,
             Some(len) => RequestFraming::Length(len),
         }
+    } else {
+        RequestFraming::None
     };
-    let expect_continue = version == Version::HTTP_11
+    let expect_continue = seen.expect
+        && version == Version::HTTP_11
         && framing != RequestFraming::None
         && headers
             .get(header::EXPECT)
@@ -279,6 +288,8 @@ mod tests {
             ("GET / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n", RequestFraming::None, false),
             ("GET / HTTP/1.0\r\n\r\n", RequestFraming::None, false),
             ("GET / HTTP/1.0\r\nconnection: Keep-Alive\r\n\r\n", RequestFraming::None, true),
+            ("GET / HTTP/1.0\r\nConnection: close, keep-alive\r\n\r\n", RequestFraming::None, false),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", RequestFraming::Length(3), true),
         ];
         for (wire, framing, keep_alive) in cases {
             let request = parse(wire).unwrap();
