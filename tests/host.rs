@@ -362,6 +362,46 @@ async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
     );
 }
 
+/// The drain reaches sessions waiting between requests at once, also after several calls
+/// (the session then checks the drain signal without polling it: a lost wake-up would show
+/// here as a connection held until `idle_timeout`).
+#[tokio::test]
+async fn drain_closes_idle_keep_alive_connections_at_once() {
+    let wharf = start_wharf(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nheader_read_timeout = \"60s\"\nidle_timeout = \"60s\"\nshutdown_timeout = \"30s\"\n",
+    )
+    .await;
+    let mut streams = Vec::new();
+    // Several connections, so that every core has some; one to three calls on each.
+    for calls in [1, 2, 3, 1, 2, 3] {
+        let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
+        for _ in 0..calls {
+            stream
+                .write_all(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = [0u8; 1024];
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
+        }
+        streams.push(stream);
+    }
+    let started = Instant::now();
+    let stopped = tokio::spawn(wharf.stop());
+    for stream in &mut streams {
+        assert!(
+            closed_by_server(stream, Duration::from_secs(5)).await,
+            "an idle keep-alive connection outlived the drain by 5 s"
+        );
+    }
+    let summary = tokio::time::timeout(Duration::from_secs(5), stopped)
+        .await
+        .expect("the drain ended with its idle sessions")
+        .unwrap();
+    assert_eq!(summary.calls_cut, 0);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
 #[tokio::test]
 async fn max_connections_makes_further_connections_wait() {
     let wharf = start_wharf(
