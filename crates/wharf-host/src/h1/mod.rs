@@ -361,13 +361,14 @@ impl<S: Transport> Conn<S> {
             if self.stop_waiting && !self.stop_seen.has_changed().unwrap_or(false) {
                 return self.draining;
             }
+            // Marked seen before the poll: a change after this mark, even during the poll,
+            // reads as changed at the next check (after the wake-up it sends).
+            self.stop_seen.borrow_and_update();
             if stop.as_mut().poll(cx).is_ready() {
                 self.draining = true;
                 self.stop = None;
             } else {
                 self.stop_waiting = true;
-                // What changed was not a drain: it is seen, and the next check is cheap again.
-                self.stop_seen.borrow_and_update();
             }
         }
         self.draining
