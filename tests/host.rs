@@ -287,6 +287,17 @@ async fn admin_health_and_readiness() {
 }
 
 /// Reads until EOF or `limit`; true when the server closed the connection.
+/// One keep-alive call on `stream` to a path nothing serves: the host's own 404.
+async fn call_nothing(stream: &mut TcpStream) {
+    stream
+        .write_all(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
+}
+
 async fn closed_by_server(stream: &mut TcpStream, limit: Duration) -> bool {
     let mut buf = [0u8; 4096];
     let deadline = Instant::now() + limit;
@@ -347,13 +358,7 @@ async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
     )
     .await;
     let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
-    stream
-        .write_all(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = [0u8; 1024];
-    let n = stream.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
+    call_nothing(&mut stream).await;
     let started = Instant::now();
     assert!(closed_by_server(&mut stream, Duration::from_secs(3)).await);
     assert!(
@@ -376,13 +381,7 @@ async fn drain_closes_idle_keep_alive_connections_at_once() {
     for calls in [1, 2, 3, 1, 2, 3] {
         let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
         for _ in 0..calls {
-            stream
-                .write_all(b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n")
-                .await
-                .unwrap();
-            let mut buf = [0u8; 1024];
-            let n = stream.read(&mut buf).await.unwrap();
-            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
+            call_nothing(&mut stream).await;
         }
         streams.push(stream);
     }
