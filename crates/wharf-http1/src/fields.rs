@@ -35,7 +35,11 @@ pub(crate) fn header_map(
 /// Why: most requests carry a `host` and none of the others, and each question put to the
 /// map (how many hosts? any `connection`, `transfer-encoding`, `content-length`,
 /// `expect`?) is a hash and a probe: ~370 instructions per request, against a comparison
-/// of each name with five standard ones here.
+/// of each name with five standard ones here. The request's rules are asked only when their
+/// field is there: a build that called each rule over an empty list of lines instead
+/// measured +262 and +290 instructions per call (pass-through, cache hit). A response's
+/// framing still asks its map (its notes are not used: a route forward measured the same
+/// either way).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct FieldsSeen {
     /// `host` lines.
@@ -64,6 +68,16 @@ impl FieldsSeen {
             self.expect = true;
         }
     }
+}
+
+/// Appends the line `name: value` and its end: every head written here, request or
+/// response, spells its fields this way.
+#[inline(always)] // left to `#[inline]` it stayed a call, dearer than its four copies (callgrind)
+pub(crate) fn push_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// `part` (a slice of `buf`) as a slice of `copy` (a copy of `buf`'s start).

@@ -14,7 +14,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri, Version};
 
 use crate::error::MessageError;
-use crate::fields::{connection_persists, content_length, header_map, is_chunked, slice_of};
+use crate::fields::{
+    connection_persists, content_length, header_map, is_chunked, push_field, slice_of,
+};
 
 /// How the request body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +73,7 @@ impl FieldEdits<'_> {
 
     /// Whether fields named `name` are written from the map.
     fn keeps(&self, name: &HeaderName) -> bool {
-        self.omit.is_empty() || !self.omit.contains(name)
+        !self.omit.contains(name)
     }
 }
 
@@ -125,10 +127,7 @@ fn write_field(name: &HeaderName, value: &HeaderValue, out: &mut Vec<u8>) {
     if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
         return;
     }
-    out.extend_from_slice(name.as_str().as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value.as_bytes());
-    out.extend_from_slice(b"\r\n");
+    push_field(name.as_str().as_bytes(), value.as_bytes(), out);
 }
 
 /// The most header lines a request may have, whatever its size.

@@ -8,8 +8,8 @@ use http::{Method, StatusCode, Version};
 
 use crate::error::MessageError;
 use crate::fields::{
-    chunked_coding, declared_content_length, header_map, persists, stated_by_server, values,
-    FramingField,
+    chunked_coding, declared_content_length, header_map, persists, push_field, stated_by_server,
+    values, FramingField,
 };
 use crate::relay::{field_is, relay_fields, HeadFields, RelayedFields};
 
@@ -282,9 +282,7 @@ pub fn encode_response_head(
         ConnectionOption::KeepAlive => out.extend_from_slice(b"connection: keep-alive\r\n"),
     }
     if !has_date && !date.is_empty() {
-        out.extend_from_slice(b"date: ");
-        out.extend_from_slice(date);
-        out.extend_from_slice(b"\r\n");
+        push_field(b"date", date, out);
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -298,10 +296,7 @@ pub(crate) fn encode_fields(headers: &HeaderMap, out: &mut Vec<u8>) -> bool {
             continue;
         }
         has_date |= name == header::DATE;
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        push_field(name.as_str().as_bytes(), value.as_bytes(), out);
     }
     has_date
 }

@@ -39,7 +39,7 @@ pub struct Rewrite {
 }
 
 /// Rules applied to a header map.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Rules {
     set: Vec<(HeaderName, HeaderValue)>,
     remove: Vec<HeaderName>,

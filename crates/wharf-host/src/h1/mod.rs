@@ -94,10 +94,9 @@ struct Conn<S> {
     /// Resolves when the host drains; `None` once it did.
     stop: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The drain signal as `stop` last saw it: while it has not changed since `stop` was
-    /// polled pending, `stop` holds this task's waker and need not be polled again.
+    /// polled pending, `stop` holds this task's waker and need not be polled again. Marked
+    /// changed at first, so that `stop` is polled (and registers) once.
     stop_seen: watch::Receiver<bool>,
-    /// `stop` was polled and is waiting (its waker registered).
-    stop_waiting: bool,
     /// The host is draining: finish the current call, then close.
     draining: bool,
     /// The session timer (head, idle, write stall), moved lazily: it may fire early, and
@@ -132,9 +131,12 @@ pub(crate) fn serve<S: Transport>(
         buf: BytesMut::new(),
         read_size: MIN_READ,
         limits,
-        stop_seen: stop.clone(),
+        stop_seen: {
+            let mut seen = stop.clone();
+            seen.mark_changed();
+            seen
+        },
         stop: Some(Box::pin(drain_signal(stop))),
-        stop_waiting: false,
         draining: false,
         timer: Box::pin(tokio::time::sleep_until(due)),
         timer_waiting: false,
@@ -358,17 +360,15 @@ impl<S: Transport> Conn<S> {
     fn poll_stop(&mut self, cx: &mut Context<'_>) -> bool {
         if let Some(stop) = &mut self.stop {
             // An error: the host is gone without draining, and `stop` never resolves.
-            if self.stop_waiting && !self.stop_seen.has_changed().unwrap_or(false) {
+            if !self.stop_seen.has_changed().unwrap_or(false) {
                 return self.draining;
             }
             // Marked seen before the poll: a change after this mark, even during the poll,
             // reads as changed at the next check (after the wake-up it sends).
-            self.stop_seen.borrow_and_update();
+            self.stop_seen.mark_unchanged();
             if stop.as_mut().poll(cx).is_ready() {
                 self.draining = true;
                 self.stop = None;
-            } else {
-                self.stop_waiting = true;
             }
         }
         self.draining
