@@ -129,6 +129,9 @@ impl HostBuilder {
     pub async fn bind(self) -> Result<Host, HostError> {
         let started = Instant::now();
         let max_sessions = fd_budget::session_limit(self.server.max_connections);
+        // The data plane's cores exist before the port accepts (see `cores`): one per worker
+        // of the runtime this runs on.
+        let cores = cores::prepare(tokio::runtime::Handle::current().metrics().num_workers());
         let listener = bind_tcp(
             "service",
             self.server.listen,
@@ -166,6 +169,7 @@ impl HostBuilder {
         let session_limits = session_limits(&self.server);
         Ok(Host {
             listener,
+            cores,
             admin,
             tls,
             unix,
@@ -189,6 +193,8 @@ impl HostBuilder {
 /// A host with bound listeners, ready to [`Host::run`].
 pub struct Host {
     listener: TcpListener,
+    /// The data plane's cores, waiting for [`Host::run`] to give them their listeners.
+    cores: Vec<cores::Prepared>,
     admin: TcpListener,
     tls: Option<TlsAcceptor>,
     unix: Option<(UnixListener, PathBuf)>,
@@ -292,6 +298,7 @@ impl Host {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
         let Host {
             listener,
+            cores: prepared,
             admin,
             tls,
             unix,
@@ -333,9 +340,8 @@ impl Host {
         // itself only if the first core (the one on the host's listener) could not start.
         let (stop_accepting, accepting) = watch::channel(false);
         let (release_cores, cores_released) = watch::channel(false);
-        let workers = tokio::runtime::Handle::current().metrics().num_workers();
         let cores = cores::start(
-            workers,
+            prepared,
             &listener,
             service_backlog(&server),
             &acceptor,
