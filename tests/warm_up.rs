@@ -1,9 +1,13 @@
 //! The start-up warm-up (seed 000): twins of the services answer it, the services clients
 //! call never see it, and `wharf serve` times it as a start-up phase.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use wharf_config::Config;
+use wharf_config::{Config, LimitsConfig};
 use wharf_host::{handler, HostBuilder, Mount, ResponseBody, WarmUp};
 
 use crate::support::*;
@@ -128,4 +132,45 @@ async fn serve_times_the_warm_up_as_a_start_up_phase() {
     assert!(exported.is_some_and(|s| s > 0.0), "{page}");
     assert!(!logs.contains("start-up warm-up: calls failed"), "{logs}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warm_up_runs_on_every_core_even_through_a_one_call_twin() {
+    let builder = HostBuilder::new(config("").server);
+    // Room for one call and no queue: the two cores' calls meet at the same time.
+    let limits = LimitsConfig {
+        max_concurrent_calls: 1,
+        max_queued_calls: 0,
+        queue_timeout: Duration::from_millis(1),
+    };
+    let threads = Arc::new(Mutex::new(BTreeSet::new()));
+    let seen = threads.clone();
+    let twin = handler(move |_request| {
+        let seen = seen.clone();
+        async move {
+            let name = std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_owned();
+            seen.lock().unwrap().insert(name);
+            // Long enough for the other core's call to arrive while this one runs.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Response::new(ResponseBody::full(Bytes::from_static(b"warm")))
+        }
+    });
+    let mut warm = WarmUp::new();
+    warm.mount(
+        "twin",
+        Mount::Exact("/twin".into()),
+        &limits,
+        twin,
+        [["/twin".to_owned()]],
+    );
+    let report = builder.warm_up(warm).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(report.calls, 2, "one call per core: {report:?}");
+    assert_eq!(
+        *threads.lock().unwrap(),
+        BTreeSet::from(["wharf-core-0".to_owned(), "wharf-core-1".to_owned()])
+    );
 }

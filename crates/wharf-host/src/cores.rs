@@ -59,6 +59,14 @@ pub(crate) struct Prepared {
     start: oneshot::Sender<Start>,
 }
 
+impl Prepared {
+    /// The core's runtime: a task spawned on it runs on the core's thread while the core
+    /// waits for its start (the start-up warm-up's sessions do).
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+}
+
 /// What a prepared core is started with.
 struct Start {
     listener: TcpListener,

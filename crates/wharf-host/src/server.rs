@@ -5,7 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
@@ -64,6 +64,9 @@ pub struct HostBuilder {
     inflight: Arc<Inflight>,
     tls: Option<TlsFiles>,
     unix: Option<PathBuf>,
+    /// The data plane's cores, made by the warm-up (which runs its sessions on them) or
+    /// else by [`HostBuilder::bind`].
+    cores: OnceLock<Vec<cores::Prepared>>,
 }
 
 impl HostBuilder {
@@ -78,6 +81,7 @@ impl HostBuilder {
             inflight,
             tls: None,
             unix: None,
+            cores: OnceLock::new(),
         }
     }
 
@@ -117,21 +121,36 @@ impl HostBuilder {
         self
     }
 
-    /// Runs `warm`'s calls through a private session, so the first client's call finds the
-    /// code and buffers it needs warm (seed 000; see [`crate::warm_up`]). Call it before
+    /// Runs `warm`'s calls through private sessions on the data plane's cores (made here if
+    /// they are not yet), so the first client's call finds the code and buffers it needs
+    /// warm (seed 000; see [`crate::warm_up`]). Call it before
     /// [`HostBuilder::bind`]: a client that connects once the port is bound must not wait
     /// behind the warm-up.
     pub async fn warm_up(&self, warm: WarmUp) -> WarmUpReport {
-        crate::warm_up::run(warm, &self.server, session_limits(&self.server)).await
+        crate::warm_up::run(
+            warm,
+            &self.server,
+            session_limits(&self.server),
+            self.cores(),
+        )
+        .await
+    }
+
+    /// The data plane's cores (see `cores`): one per worker of the runtime this runs on,
+    /// made at the first ask.
+    fn cores(&self) -> &[cores::Prepared] {
+        self.cores.get_or_init(|| {
+            cores::prepare(tokio::runtime::Handle::current().metrics().num_workers())
+        })
     }
 
     /// Binds the service and admin listeners (port 0 picks a free port).
-    pub async fn bind(self) -> Result<Host, HostError> {
+    pub async fn bind(mut self) -> Result<Host, HostError> {
         let started = Instant::now();
         let max_sessions = fd_budget::session_limit(self.server.max_connections);
-        // The data plane's cores exist before the port accepts (see `cores`): one per worker
-        // of the runtime this runs on.
-        let cores = cores::prepare(tokio::runtime::Handle::current().metrics().num_workers());
+        // The data plane's cores exist before the port accepts (see `cores`).
+        self.cores();
+        let cores = self.cores.take().unwrap_or_default();
         let listener = bind_tcp(
             "service",
             self.server.listen,
