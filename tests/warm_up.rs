@@ -38,6 +38,19 @@ match_headers = { "x-tenant" = "acme" }
 set_headers = { "x-via" = "wharf" }
 "#;
 
+/// A warm-up of one twin, mounted at `path` with `limits`, called once there.
+fn one_twin(path: &str, limits: &LimitsConfig, twin: wharf_host::HostService) -> WarmUp {
+    let mut warm = WarmUp::new();
+    warm.mount(
+        "twin",
+        Mount::Exact(path.into()),
+        limits,
+        twin,
+        [[path.to_owned()]],
+    );
+    warm
+}
+
 #[tokio::test]
 async fn every_service_type_is_warmed_up_through_a_twin_and_leaves_no_trace() {
     let config = config(PROXY_AND_ROUTE);
@@ -86,20 +99,12 @@ async fn a_twin_answering_an_error_is_reported_by_path_and_status() {
     let config = config(PROXY_AND_ROUTE);
     let limits = config.services[0].limits.clone();
     let builder = HostBuilder::new(config.server);
-    let mut warm = WarmUp::new();
     let broken = handler(|_request| async {
         let mut response = Response::new(ResponseBody::full(Bytes::from_static(b"no")));
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         response
     });
-    warm.mount(
-        "broken",
-        Mount::Exact("/broken".into()),
-        &limits,
-        broken,
-        [["/broken".to_owned()]],
-    );
-    let report = builder.warm_up(warm).await;
+    let report = builder.warm_up(one_twin("/broken", &limits, broken)).await;
     assert_eq!(report.failed, ["GET /broken: status 500"], "{report:?}");
 }
 
@@ -158,15 +163,7 @@ async fn the_warm_up_runs_on_every_core_even_through_a_one_call_twin() {
             Response::new(ResponseBody::full(Bytes::from_static(b"warm")))
         }
     });
-    let mut warm = WarmUp::new();
-    warm.mount(
-        "twin",
-        Mount::Exact("/twin".into()),
-        &limits,
-        twin,
-        [["/twin".to_owned()]],
-    );
-    let report = builder.warm_up(warm).await;
+    let report = builder.warm_up(one_twin("/twin", &limits, twin)).await;
     assert!(report.failed.is_empty(), "{report:?}");
     assert_eq!(report.calls, 2, "one call per core: {report:?}");
     assert_eq!(

@@ -19,10 +19,11 @@
 //! background tasks, and TCP too if no core could be started.
 //!
 //! The threads and their runtimes are made before the service port listens ([`prepare`], from
-//! `HostBuilder::bind`), and given their listeners when the host runs ([`start`]): a client
-//! that connects as soon as the port accepts finds a core's thread waiting, not one still
-//! being created (0.4-0.7 ms after the port listened for the first core, up to 3 ms for the
-//! second, traced in stop 22).
+//! the start-up warm-up, which runs its sessions on them, or else from `HostBuilder::bind`),
+//! and given their listeners when the host runs ([`start`]): a client that connects as soon
+//! as the port accepts finds a core's thread waiting and warm, not one still being created
+//! (0.4-0.7 ms after the port listened for the first core, up to 3 ms for the second,
+//! traced in stop 22).
 //!
 //! Main items: [`prepare`], [`start`], [`on_host_listener`], [`wait_until_not_accepting`],
 //! [`join`].
