@@ -286,7 +286,6 @@ async fn admin_health_and_readiness() {
     assert_eq!(get(&wharf.admin_url("/nope")).await.status, 404);
 }
 
-/// Reads until EOF or `limit`; true when the server closed the connection.
 /// One keep-alive call on `stream` to a path nothing serves: the host's own 404.
 async fn call_nothing(stream: &mut TcpStream) {
     stream
@@ -298,6 +297,7 @@ async fn call_nothing(stream: &mut TcpStream) {
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"));
 }
 
+/// Reads until EOF or `limit`; true when the server closed the connection.
 async fn closed_by_server(stream: &mut TcpStream, limit: Duration) -> bool {
     let mut buf = [0u8; 4096];
     let deadline = Instant::now() + limit;

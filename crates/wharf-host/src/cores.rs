@@ -81,13 +81,7 @@ struct Start {
 /// runtime or thread cannot be made is logged and left out (see [`start`]).
 pub(crate) fn prepare(count: usize) -> Vec<Prepared> {
     (0..count)
-        .filter_map(|index| match spawn(index) {
-            Ok(core) => Some(core),
-            Err(error) => {
-                warn!(core = index, error = %error, "cannot start a core; the others serve its share of connections");
-                None
-            }
-        })
+        .filter_map(|index| spawn(index).map_err(|error| left_out(index, &error)).ok())
         .collect()
 }
 
@@ -127,7 +121,7 @@ pub(crate) fn start(
             let listener = match registered {
                 Ok(listener) => listener,
                 Err(error) => {
-                    warn!(core = core.index, error = %error, "cannot start a core; the others serve its share of connections");
+                    left_out(core.index, &error);
                     return None;
                 }
             };
@@ -150,6 +144,11 @@ pub(crate) fn start(
             })
         })
         .collect()
+}
+
+/// Logs that core `index` could not be made or started: the others serve its connections.
+fn left_out(index: usize, error: &std::io::Error) {
+    warn!(core = index, error = %error, "cannot start a core; the others serve its share of connections");
 }
 
 /// Whether a core accepts from the host's own listener (else the caller must: the kernel

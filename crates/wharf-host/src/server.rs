@@ -136,12 +136,9 @@ impl HostBuilder {
         .await
     }
 
-    /// The data plane's cores (see `cores`): one per worker of the runtime this runs on,
-    /// made at the first ask.
+    /// The data plane's cores, made at the first ask.
     fn cores(&self) -> &[cores::Prepared] {
-        self.cores.get_or_init(|| {
-            cores::prepare(tokio::runtime::Handle::current().metrics().num_workers())
-        })
+        self.cores.get_or_init(prepare_cores)
     }
 
     /// Binds the service and admin listeners (port 0 picks a free port).
@@ -149,8 +146,7 @@ impl HostBuilder {
         let started = Instant::now();
         let max_sessions = fd_budget::session_limit(self.server.max_connections);
         // The data plane's cores exist before the port accepts (see `cores`).
-        self.cores();
-        let cores = self.cores.take().unwrap_or_default();
+        let cores = self.cores.take().unwrap_or_else(prepare_cores);
         let listener = bind_tcp(
             "service",
             self.server.listen,
@@ -207,6 +203,11 @@ impl HostBuilder {
             server: self.server,
         })
     }
+}
+
+/// The data plane's cores (see `cores`): one per worker of the runtime this runs on.
+fn prepare_cores() -> Vec<cores::Prepared> {
+    cores::prepare(tokio::runtime::Handle::current().metrics().num_workers())
 }
 
 /// A host with bound listeners, ready to [`Host::run`].

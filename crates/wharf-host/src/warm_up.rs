@@ -45,7 +45,7 @@ use crate::services::ServiceSet;
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The path of the call that no twin answers: the host's own 404, through the session.
 const UNMOUNTED_PATH: &str = "/.wharf-warm-up/unmounted";
-/// Queue room of a twin's bulkhead per chain: more than the cores a host runs.
+/// Queue room of a twin's bulkhead per chain: the calls of up to 256 cores wait, none is refused.
 const QUEUED_PER_CHAIN: usize = 256;
 
 /// The calls of a warm-up and the service twins that answer them.

@@ -9,8 +9,8 @@ use crate::error::MessageError;
 
 /// The header map of a parsed head. `buf` is what the parser read and `len` the head's
 /// length in it: the head is copied once into a buffer of exactly that size and every value
-/// points into the copy, so no value keeps a (much larger) read buffer alive.
-/// The fields the server reads itself, as [`FieldsSeen`] counts them.
+/// points into the copy, so no value keeps a (much larger) read buffer alive. With it,
+/// which of the fields the server reads itself were there ([`FieldsSeen`]).
 pub(crate) fn header_map(
     buf: &[u8],
     len: usize,
