@@ -7,7 +7,7 @@
 //! phase names are a stable catalogue (docs/tracing.md), like the ETW event
 //! names seeds 003 and 004 relied on.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -123,17 +123,51 @@ pub fn enter_phase<B>(request: &http::Request<B>, phase: Phase) {
     }
 }
 
-/// Shards of the in-flight list: calls on different worker threads rarely
-/// meet on one lock.
+/// Shards of the in-flight list. Each thread registers its calls in a shard of its own
+/// (threads take shards round-robin in the order of their first call, so the cores, which
+/// call side by side from the start-up warm-up on, get distinct ones): two cores never pass a
+/// lock's cache line, or a shared id counter's, back and forth on every call. Measured on
+/// this 2-core VM: an atomic add on a line the other CPU writes too costs 30-60 ns, against
+/// a few for a line of its own (`docs/pathologies.md`).
 const SHARDS: usize = 16;
 
-/// The calls in flight on a host.
+/// The next thread's shard.
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's shard, taken at its first call.
+    static THREAD_SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+}
+
+/// One shard, alone on its cache line(s).
 #[derive(Debug, Default)]
+#[repr(align(64))]
+struct Shard {
+    calls: Mutex<ShardCalls>,
+}
+
+/// What a shard's lock guards.
+#[derive(Debug, Default)]
+struct ShardCalls {
+    /// Calls registered here so far; a call's id is this count and the shard's index.
+    registered: u64,
+    /// id → entry. Maps keep their capacity, so a warm host registers a call without
+    /// allocating for the list.
+    entries: HashMap<u64, Arc<CallEntry>>,
+}
+
+/// The calls in flight on a host.
+#[derive(Debug)]
 pub struct Inflight {
-    next_id: AtomicU64,
-    /// id → entry, by `id % SHARDS`. Maps keep their capacity, so a warm
-    /// host registers a call without allocating for the list.
-    shards: [Mutex<HashMap<u64, Arc<CallEntry>>>; SHARDS],
+    shards: [Arc<Shard>; SHARDS],
+}
+
+impl Default for Inflight {
+    fn default() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Arc::default()),
+        }
+    }
 }
 
 /// One row of `/debug/inflight`.
@@ -154,14 +188,19 @@ pub struct InflightCall {
 }
 
 impl Inflight {
-    /// Registers a call; it leaves the list when the guard drops.
+    /// Registers a call in the calling thread's shard; it leaves the list when the guard
+    /// drops. Ids are unique per host: the shard's count of calls, then the shard's index.
     pub(crate) fn begin(
-        self: &Arc<Self>,
+        &self,
         service: Arc<str>,
         method: &http::Method,
         target: &http::Uri,
     ) -> (CallContext, InflightGuard) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let index = THREAD_SHARD.with(|shard| *shard);
+        let shard = &self.shards[index];
+        let mut calls = lock(shard);
+        calls.registered += 1;
+        let id = calls.registered * SHARDS as u64 + index as u64;
         let entry = Arc::new(CallEntry {
             id,
             service,
@@ -170,28 +209,24 @@ impl Inflight {
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Received as u8),
         });
-        self.shard(id).insert(id, entry.clone());
+        calls.entries.insert(id, entry.clone());
+        drop(calls);
         let guard = InflightGuard {
-            inflight: self.clone(),
+            shard: shard.clone(),
             id,
         };
         (CallContext { entry }, guard)
     }
 
-    fn shard(&self, id: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<CallEntry>>> {
-        self.shards[(id % SHARDS as u64) as usize]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The calls in flight now, oldest first.
     pub fn snapshot(&self) -> Vec<InflightCall> {
         let now = Instant::now();
-        let mut entries: Vec<Arc<CallEntry>> = (0..SHARDS as u64)
-            .flat_map(|shard| self.shard(shard).values().cloned().collect::<Vec<_>>())
+        let mut entries: Vec<Arc<CallEntry>> = self
+            .shards
+            .iter()
+            .flat_map(|shard| lock(shard).entries.values().cloned().collect::<Vec<_>>())
             .collect();
-        // Ids grow with time: by id is oldest first.
-        entries.sort_unstable_by_key(|entry| entry.id);
+        entries.sort_unstable_by_key(|entry| (entry.started, entry.id));
         entries
             .iter()
             .map(|entry| InflightCall {
@@ -210,8 +245,9 @@ impl Inflight {
 
     /// Number of calls in flight.
     pub fn len(&self) -> usize {
-        (0..SHARDS as u64)
-            .map(|shard| self.shard(shard).len())
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).entries.len())
             .sum()
     }
 
@@ -221,16 +257,22 @@ impl Inflight {
     }
 }
 
+/// A shard's calls, locked (a panic elsewhere while holding it leaves a usable map).
+fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, ShardCalls> {
+    shard.calls.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Removes its call from the in-flight list when dropped.
 #[derive(Debug)]
 pub(crate) struct InflightGuard {
-    inflight: Arc<Inflight>,
+    /// The shard the call is in (its thread's: only that thread touches this count).
+    shard: Arc<Shard>,
     id: u64,
 }
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        self.inflight.shard(self.id).remove(&self.id);
+        lock(&self.shard).entries.remove(&self.id);
     }
 }
 

@@ -32,14 +32,14 @@ pub struct Bulkhead {
     max_concurrent: usize,
     max_queued: usize,
     queue_timeout: Duration,
-    counts: Arc<Counts>,
+    counts: Counts,
 }
 
-/// Live counts, readable at any time (for counters and /debug).
+/// Live counts, readable at any time (for counters and /debug). Calls holding a slot are
+/// not counted here: they are the slots the semaphore has out, and a count of its own would
+/// be two more writes per call to a line both cores share.
 #[derive(Debug, Default)]
 struct Counts {
-    /// Calls holding a slot.
-    processing: AtomicUsize,
     /// Calls waiting for a slot.
     queued: AtomicUsize,
     /// Calls rejected since start (queue full or queue timeout).
@@ -77,7 +77,7 @@ impl Bulkhead {
             max_concurrent,
             max_queued,
             queue_timeout,
-            counts: Arc::new(Counts::default()),
+            counts: Counts::default(),
         }
     }
 
@@ -118,17 +118,15 @@ impl Bulkhead {
     }
 
     fn admitted(&self, slot: OwnedSemaphorePermit) -> CallPermit {
-        self.counts.processing.fetch_add(1, Ordering::AcqRel);
-        CallPermit {
-            _slot: slot,
-            counts: self.counts.clone(),
-        }
+        CallPermit { _slot: slot }
     }
 
     /// The counts right now.
     pub fn stats(&self) -> BulkheadStats {
         BulkheadStats {
-            processing: self.counts.processing.load(Ordering::Acquire),
+            processing: self
+                .max_concurrent
+                .saturating_sub(self.slots.available_permits()),
             queued: self.counts.queued.load(Ordering::Acquire),
             throttled: self.counts.throttled.load(Ordering::Relaxed),
             max_concurrent: self.max_concurrent,
@@ -153,13 +151,6 @@ impl Drop for QueueSpot<'_> {
 #[derive(Debug)]
 pub struct CallPermit {
     _slot: OwnedSemaphorePermit,
-    counts: Arc<Counts>,
-}
-
-impl Drop for CallPermit {
-    fn drop(&mut self) {
-        self.counts.processing.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 #[cfg(test)]

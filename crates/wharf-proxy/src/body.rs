@@ -193,11 +193,14 @@ pub(crate) fn from_fill(first: Option<Bytes>, reader: FillReader) -> ResponseBod
 pub(crate) fn from_entry(entry: &Arc<CachedResponse>) -> ResponseBody {
     let chunks = match &entry.body {
         StoredBody::File(file) => return ResponseBody::file(file.clone(), file.len()),
-        StoredBody::Chunks(chunks) => chunks.clone(),
+        StoredBody::Chunks(chunks) => chunks,
     };
-    if let [only] = &*chunks {
+    // One chunk (most entries): only its count is taken, not the list's too; both are
+    // shared by every core's hits on the entry.
+    if let [only] = &**chunks {
         return full(only.clone());
     }
+    let chunks = chunks.clone();
     let chunks = (0..chunks.len()).map(move |i| Ok::<_, BoxError>(Frame::data(chunks[i].clone())));
     ResponseBody::from(StreamBody::new(futures_util::stream::iter(chunks)).boxed_unsync())
 }

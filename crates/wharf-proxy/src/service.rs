@@ -158,7 +158,7 @@ impl ProxyService {
     /// The proxy as a service for [`wharf_host::HostBuilder::mount`].
     pub fn into_host_service(self) -> HostService {
         let inner = self.inner;
-        HostService::new(move |request| inner.clone().start(request))
+        HostService::new(move |request| inner.start(request))
     }
 }
 
@@ -180,8 +180,10 @@ enum Start {
 impl Inner {
     /// Starts a call. Everything that needs no waiting (the query, the target, the cache
     /// lookup) is done here, before any future exists: a hit answers with a ready future,
-    /// and a call that waits carries only what it waits with, not its request.
-    fn start(self: Arc<Self>, request: Request<RequestBody>) -> CallFuture {
+    /// and a call that waits carries only what it waits with, not its request. Only a call
+    /// that waits takes a count on the proxy: the count is shared by the cores, and a hit
+    /// that took one would pass its cache line between them twice.
+    fn start(self: &Arc<Self>, request: Request<RequestBody>) -> CallFuture {
         let start = self
             .prepare(request)
             .unwrap_or_else(|error| Start::Done(self.error_response(&error), None));
@@ -193,14 +195,17 @@ impl Inner {
                 CallFuture::ready(response)
             }
             Start::PassThrough(target, phases) => {
-                CallFuture::new(self.pass_through_call(target, phases))
+                CallFuture::new(self.clone().pass_through_call(target, phases))
             }
             Start::Fill {
                 target,
                 phases,
                 joined,
                 cache_duration,
-            } => CallFuture::new(self.fill_call(target, phases, joined, cache_duration)),
+            } => CallFuture::new(
+                self.clone()
+                    .fill_call(target, phases, joined, cache_duration),
+            ),
         }
     }
 
@@ -470,17 +475,39 @@ fn hit_response(entry: &Arc<CachedResponse>, now: Instant) -> Response<ResponseB
     response
 }
 
-/// `age` values of the first hour, formatted once.
+/// `age` values of the first hour, formatted once into static text: a static value's clone
+/// copies a pointer, where a formatted one's takes a count every core's hits share.
 static AGES: OnceLock<Vec<HeaderValue>> = OnceLock::new();
 
 /// The `age` header value for `secs`.
 fn age_value(secs: u64) -> HeaderValue {
-    let ages = AGES.get_or_init(|| (0..3600u64).map(HeaderValue::from).collect());
+    let ages = AGES.get_or_init(|| {
+        let text: &'static str = Box::leak(
+            (0..3600u64)
+                .map(|secs| secs.to_string())
+                .collect::<String>()
+                .into_boxed_str(),
+        );
+        let mut start = 0;
+        (0..3600u64)
+            .map(|secs| {
+                let end = start + decimal_digits(secs);
+                let value = HeaderValue::from_static(&text[start..end]);
+                start = end;
+                value
+            })
+            .collect()
+    });
     usize::try_from(secs)
         .ok()
         .and_then(|secs| ages.get(secs))
         .cloned()
         .unwrap_or_else(|| HeaderValue::from(secs))
+}
+
+/// How many decimal digits `n` takes.
+fn decimal_digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
 fn build_response(
@@ -531,6 +558,17 @@ mod tests {
     /// figure, not to wave through by raising these.
     const PASS_THROUGH_CALL_BYTES: usize = 768;
     const FILL_CALL_BYTES: usize = 576;
+
+    #[test]
+    fn age_values_are_the_decimal_seconds_within_and_past_the_first_hour() {
+        for secs in [0, 1, 9, 10, 99, 100, 999, 1000, 3599, 3600, 86_400] {
+            assert_eq!(
+                age_value(secs).to_str().unwrap(),
+                secs.to_string(),
+                "age {secs}"
+            );
+        }
+    }
 
     fn proxy() -> Arc<Inner> {
         let toml =

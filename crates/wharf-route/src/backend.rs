@@ -165,8 +165,14 @@ impl Backend {
     pub(crate) fn record(&self, outcome: Outcome) {
         self.metrics.record(outcome);
         if outcome == Outcome::Ok {
-            self.failures.store(0, Ordering::Release);
-            self.ejected_until_ms.store(0, Ordering::Release);
+            // Cleared only when set: the cores share this line, and a store on every
+            // success would pass it between them on every call.
+            if self.failures.load(Ordering::Acquire) != 0 {
+                self.failures.store(0, Ordering::Release);
+            }
+            if self.ejected_until_ms.load(Ordering::Acquire) != 0 {
+                self.ejected_until_ms.store(0, Ordering::Release);
+            }
             return;
         }
         let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
