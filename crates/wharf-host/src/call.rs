@@ -7,12 +7,13 @@
 //! phase names are a stable catalogue (docs/tracing.md), like the ETW event
 //! names seeds 003 and 004 relied on.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use foldhash::HashMap;
 use serde::Serialize;
+use wharf_http1::recycle::thread_number;
 
 /// The client's address, in every request's extensions (for
 /// `x-forwarded-for` and logs).
@@ -124,20 +125,12 @@ pub fn enter_phase<B>(request: &http::Request<B>, phase: Phase) {
 }
 
 /// Shards of the in-flight list. Each thread registers its calls in a shard of its own
-/// (threads take shards round-robin in the order of their first call, so the cores, which
-/// call side by side from the start-up warm-up on, get distinct ones): two cores never pass a
+/// (by [`thread_number`], so the cores, which call side by side from the start-up warm-up
+/// on, get distinct ones): two cores never pass a
 /// lock's cache line, or a shared id counter's, back and forth on every call. Measured on
 /// this 2-core VM: an atomic add on a line the other CPU writes too costs 30-60 ns, against
 /// a few for a line of its own (`docs/pathologies.md`).
 const SHARDS: usize = 16;
-
-/// The next thread's shard.
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// This thread's shard, taken at its first call.
-    static THREAD_SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-}
 
 /// One shard, alone on its cache line(s).
 #[derive(Debug, Default)]
@@ -196,7 +189,7 @@ impl Inflight {
         method: &http::Method,
         target: &http::Uri,
     ) -> (CallContext, InflightGuard) {
-        let index = THREAD_SHARD.with(|shard| *shard);
+        let index = thread_number() % SHARDS;
         let shard = &self.shards[index];
         let mut calls = lock(shard);
         calls.registered += 1;
@@ -298,6 +291,28 @@ mod tests {
         drop(first_guard);
         assert_eq!(inflight.snapshot()[0].service, "b");
         drop(second_guard);
+        assert!(inflight.is_empty());
+    }
+
+    #[test]
+    fn calls_of_other_threads_get_other_ids_and_leave_from_their_own_shards() {
+        let inflight = Arc::new(Inflight::default());
+        let uri: http::Uri = "/x".parse().unwrap();
+        // Each thread's first call, and the guard dropped on another thread than its own.
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                let inflight = inflight.clone();
+                let uri = uri.clone();
+                std::thread::spawn(move || inflight.begin("s".into(), &http::Method::GET, &uri))
+                    .join()
+                    .unwrap()
+            })
+            .collect();
+        let mut ids: Vec<u64> = inflight.snapshot().iter().map(|row| row.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 4, "ids: {ids:?}");
+        drop(calls);
         assert!(inflight.is_empty());
     }
 }

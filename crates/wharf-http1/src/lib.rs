@@ -8,7 +8,8 @@
 //! - [`response`]: response heads, read by the client ([`response::parse_response_head`])
 //!   and written by the server ([`response::encode_response_head`]);
 //! - [`chunked`]: the chunked coding, decoded in place ([`chunked::ChunkedDecoder`]);
-//! - [`recycle`]: header maps kept per thread between messages;
+//! - [`recycle`]: header maps kept per thread between messages, and the threads' numbers
+//!   for state sharded by thread;
 //! - [`relay`]: response fields kept as wire lines for a proxy that only passes them on;
 //! - [`MessageError`]: what is wrong with a message, for a 400/431 or a 502.
 //!

@@ -20,7 +20,7 @@
 //! statistics).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::LocalKey;
 
@@ -101,6 +101,22 @@ impl<T> Drop for Kept<T> {
 
 fn bump(counter: &AtomicU64) {
     counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// The next thread's number (see [`thread_number`]).
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's number, taken at its first call to [`thread_number`].
+    static THREAD: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+/// This thread's number, for state sharded by thread (the upstream idle pools, the host's
+/// in-flight list): threads are numbered in the order they first ask, so threads that start
+/// working side by side (the host's cores, in the start-up warm-up) get consecutive numbers,
+/// and thus distinct shards of any set of at least as many.
+pub fn thread_number() -> usize {
+    THREAD.with(|thread| *thread)
 }
 
 /// The value last kept on this thread's `stack`, if any (counted as reused, or as

@@ -482,20 +482,8 @@ static AGES: OnceLock<Vec<HeaderValue>> = OnceLock::new();
 /// The `age` header value for `secs`.
 fn age_value(secs: u64) -> HeaderValue {
     let ages = AGES.get_or_init(|| {
-        let text: &'static str = Box::leak(
-            (0..3600u64)
-                .map(|secs| secs.to_string())
-                .collect::<String>()
-                .into_boxed_str(),
-        );
-        let mut start = 0;
         (0..3600u64)
-            .map(|secs| {
-                let end = start + decimal_digits(secs);
-                let value = HeaderValue::from_static(&text[start..end]);
-                start = end;
-                value
-            })
+            .map(|secs| HeaderValue::from_static(Box::leak(secs.to_string().into_boxed_str())))
             .collect()
     });
     usize::try_from(secs)
@@ -503,11 +491,6 @@ fn age_value(secs: u64) -> HeaderValue {
         .and_then(|secs| ages.get(secs))
         .cloned()
         .unwrap_or_else(|| HeaderValue::from(secs))
-}
-
-/// How many decimal digits `n` takes.
-fn decimal_digits(n: u64) -> usize {
-    n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
 fn build_response(

@@ -6,21 +6,15 @@
 //! (`wharf_host`'s `cores`): a pooled connection opened on one core and taken by another
 //! would be read through the first core's epoll, which wakes the second across threads on
 //! every response. Threads get pools in the order they first call, round-robin over as many
-//! pools as the machine has CPUs; the cores, started together, get distinct ones.
+//! pools as the machine has CPUs ([`thread_number`]); the cores, started together, get
+//! distinct ones.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use wharf_http1::recycle::thread_number;
+
 use crate::pool::{IdlePool, PoolLimits};
-
-/// The next thread's pool number.
-static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// This thread's pool number, taken at its first call.
-    static THREAD: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-}
 
 /// Idle pools, one per thread (round-robin over as many as there are CPUs), each with its
 /// share of the limits.
@@ -54,8 +48,7 @@ impl PoolShards {
 
     /// The calling thread's pool.
     pub fn here(&self) -> &Arc<IdlePool> {
-        let thread = THREAD.with(|thread| *thread);
-        &self.shards[thread % self.shards.len()]
+        &self.shards[thread_number() % self.shards.len()]
     }
 
     /// Sweeps every pool every `every` (see [`IdlePool::spawn_sweeper`]).
