@@ -1049,7 +1049,7 @@ w(f"""## Machine and versions
 | limits | open files {M['nofile']} (the hard limit; raising it is not permitted here), somaxconn {M['somaxconn']}, tcp_tw_reuse {M['tw_reuse']}, ephemeral ports {M['port_range']} |
 | wharf | git `{M['wharf_rev']}` + {M['wharf_dirty']} modified tracked files, `{M['wharf_version']}`, release build, sha256 `{M['wharf_sha']}…`; tokio workers: {M['wharf_workers_shared']} shared, {M['wharf_workers_pinned']} pinned (counted from thread names) |
 | nginx | {M['nginx_version']} (Debian), worker_connections {M['nginx_worker_connections']}, cache on {M['cache_dir']} |
-| HAProxy | {M['haproxy_version']} (Debian), maxconn {M['haproxy_maxconn']} (= (open files − 200) / 2) |
+| HAProxy | {M['haproxy_version']} (Debian), maxconn {M['haproxy_maxconn']} (= (open files − 200 − 2 × maxpipes {M['haproxy_maxpipes']}) / 2) |
 | load generator | `wharf bench` (same binary), closed loop, HTTP/1.1 |
 | settings | throughput {M['tp_rounds']} round(s) × {M['tp_duration']} after {M['tp_warmup']} warm-up; responsiveness {M['resp_rounds']} round(s); burst {M['burst_rounds']}; cold start {M['cold_runs']} runs; first call {M['first_rounds']} rounds; idle gaps {M['idle_gaps']} |
 """)
@@ -1105,7 +1105,11 @@ HARD=$(ulimit -Hn)
 ulimit -n "$HARD" 2>/dev/null || true
 NOFILE=$(ulimit -n)
 NGINX_WORKER_CONNECTIONS=$((NOFILE - 100))
-HAPROXY_MAXCONN=$(((NOFILE - 200) / 2))   # haproxy needs 2 fds per proxied connection
+# HAProxy needs 2 fds per proxied connection and 2 per splice pipe (its default maxpipes,
+# maxconn / 4, would not fit the limit: it refuses to start). 1024 pipes: far more than
+# the bodies being spliced at once in any scenario here (at most one per connection, 64).
+HAPROXY_MAXPIPES=1024
+HAPROXY_MAXCONN=$(((NOFILE - 200 - 2 * HAPROXY_MAXPIPES) / 2))
 WHARF_MAX_CONNECTIONS=$NOFILE
 [ "$NOFILE" -ge 4096 ] || die "open-files limit $NOFILE: too low for the burst (raise ulimit -Hn)"
 
@@ -1210,7 +1214,7 @@ start_nginx() {
 # conf_haproxy NAME CACHE_PORT PASS_PORT TB_PORT NBTHREAD
 conf_haproxy() {
     render "$CONFIGS/haproxy.cfg.in" "$D/conf/$1.cfg" CACHE_PORT="$2" PASS_PORT="$3" TB_PORT="$4" \
-        NBTHREAD="$5" MAXCONN="$HAPROXY_MAXCONN" TTL="$TTL"
+        NBTHREAD="$5" MAXCONN="$HAPROXY_MAXCONN" MAXPIPES="$HAPROXY_MAXPIPES" TTL="$TTL"
     "$HAPROXY" -q -c -f "$D/conf/$1.cfg" || die "bad haproxy config $D/conf/$1.cfg"
 }
 # start_haproxy NAME CACHE_PORT PASS_PORT TB_PORT NBTHREAD CPU|-
@@ -1586,6 +1590,7 @@ phase "report"
     echo "wharf_workers_pinned=$WHARF_WORKERS_PINNED"
     echo "nginx_worker_connections=$NGINX_WORKER_CONNECTIONS"
     echo "haproxy_maxconn=$HAPROXY_MAXCONN"
+    echo "haproxy_maxpipes=$HAPROXY_MAXPIPES"
     echo "wharf_max_connections=$WHARF_MAX_CONNECTIONS"
     echo "cache_dir=$(case "$CACHE_BASE" in /dev/shm/*) echo "/dev/shm (tmpfs)" ;; *) echo "$CACHE_BASE (disk)" ;; esac)"
     echo "ttl=$TTL"
