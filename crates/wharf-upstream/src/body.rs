@@ -8,6 +8,7 @@
 //! end that comes early (EOF inside a content-length or chunked body) is an error, never a
 //! normal end: the caller turns it into a visible truncation.
 
+use std::os::fd::BorrowedFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -80,6 +81,75 @@ impl ResponseBody {
     /// Body bytes handed out so far.
     pub fn received(&self) -> u64 {
         self.received
+    }
+
+    /// Whether the rest of the body can be moved with [`ResponseBody::poll_splice_to`]: a
+    /// body of a stated length, bytes of it still due, none of them read into user space
+    /// yet (those come as frames first), on a plain socket.
+    pub fn can_splice(&self) -> bool {
+        matches!(self.progress, Progress::Length { remaining, .. } if remaining > 0)
+            && self
+                .connection
+                .as_ref()
+                .is_some_and(|connection| connection.buf.is_empty() && connection.io.can_splice())
+    }
+
+    /// Moves up to `max` of the body's next bytes from its socket into `pipe` (empty and
+    /// non-blocking) with `splice(2)`, never past the body's end; how many it moved, 0 once
+    /// the body is complete. At the end the connection goes back to its pool, as after
+    /// frames; an EOF before the end is [`UpstreamError::Truncated`]. Only when
+    /// [`ResponseBody::can_splice`] said so (else it ends the body with an error).
+    pub fn poll_splice_to(
+        &mut self,
+        cx: &mut Context<'_>,
+        pipe: BorrowedFd<'_>,
+        max: usize,
+    ) -> Poll<Result<usize, UpstreamError>> {
+        let Progress::Length {
+            remaining,
+            expected,
+        } = &mut self.progress
+        else {
+            return Poll::Ready(Ok(0));
+        };
+        let (remaining, expected) = (remaining, *expected);
+        let Some(connection) = self.connection.as_mut() else {
+            return Poll::Ready(Ok(0));
+        };
+        if !connection.buf.is_empty() {
+            return Poll::Ready(Err(self.abandon(UpstreamError::Read(
+                std::io::Error::other("spliced while body bytes were buffered"),
+            ))));
+        }
+        let len = usize::try_from(*remaining).unwrap_or(usize::MAX).min(max);
+        match connection.io.poll_splice_to(cx, pipe, len) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(0)) => {
+                let received = self.received;
+                Poll::Ready(Err(self.abandon(UpstreamError::Truncated {
+                    received,
+                    expected: Some(expected),
+                })))
+            }
+            Poll::Ready(Ok(moved)) => {
+                connection.body_spliced();
+                *remaining -= moved as u64;
+                let done = *remaining == 0;
+                self.received += moved as u64;
+                if done {
+                    self.finish();
+                }
+                Poll::Ready(Ok(moved))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(self.abandon(UpstreamError::Read(error)))),
+        }
+    }
+
+    /// The body broke while spliced: the connection is closed; the error is returned.
+    fn abandon(&mut self, error: UpstreamError) -> UpstreamError {
+        self.progress = Progress::Ended;
+        self.connection = None;
+        error
     }
 
     /// The end was read: the connection goes back to the pool, or is closed.

@@ -495,6 +495,13 @@ impl Connection {
         }
     }
 
+    /// A body on this connection went by `splice(2)`: reads here need only take response
+    /// heads (and what follows them in the same segment), so the next read starts small
+    /// again rather than copying the next body's first 64 KiB through user space.
+    pub(crate) fn body_spliced(&mut self) {
+        self.read_size = MIN_READ;
+    }
+
     /// Reads more bytes into the buffer; `Ok(0)` is EOF. The buffer is grown only once the
     /// socket is readable, and by the adaptive read size.
     pub(crate) fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {

@@ -7,10 +7,11 @@
 //! ([`UpstreamStream::is_known_closed`]) without a system call.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{ready, Context, Poll, Waker};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::client::TlsStream;
 
@@ -87,6 +88,54 @@ impl UpstreamStream {
         };
         matches!(outcome, Err(error) if error.kind() == io::ErrorKind::WouldBlock)
     }
+}
+
+impl UpstreamStream {
+    /// Whether [`UpstreamStream::poll_splice_to`] works here: a plain socket, whose bytes the
+    /// kernel can move into a pipe (TLS must decrypt them in user space).
+    pub(crate) fn can_splice(&self) -> bool {
+        matches!(self, UpstreamStream::Tcp(_) | UpstreamStream::Unix(_))
+    }
+
+    /// Moves up to `len` bytes from the socket into the (empty, non-blocking) `pipe` with
+    /// `splice(2)`, waiting while the socket has none; how many it moved, 0 at EOF.
+    pub(crate) fn poll_splice_to(
+        &self,
+        cx: &mut Context<'_>,
+        pipe: BorrowedFd<'_>,
+        len: usize,
+    ) -> Poll<io::Result<usize>> {
+        macro_rules! splice_from {
+            ($stream:expr) => {
+                loop {
+                    ready!($stream.poll_read_ready(cx))?;
+                    match $stream.try_io(Interest::READABLE, || splice_into(&$stream, pipe, len)) {
+                        Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                        moved => return Poll::Ready(moved),
+                    }
+                }
+            };
+        }
+        match self {
+            UpstreamStream::Tcp(stream) => splice_from!(stream),
+            UpstreamStream::Unix(stream) => splice_from!(stream),
+            UpstreamStream::Tls(_) => Poll::Ready(Err(io::ErrorKind::Unsupported.into())),
+        }
+    }
+}
+
+/// One non-blocking `splice(2)` of up to `len` bytes from `socket` into `pipe`.
+fn splice_into(socket: &impl AsFd, pipe: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    use rustix::pipe::{splice, SpliceFlags};
+    splice(
+        socket,
+        None,
+        pipe,
+        None,
+        len,
+        SpliceFlags::NONBLOCK | SpliceFlags::MOVE,
+    )
+    .map_err(io::Error::from)
 }
 
 impl AsyncRead for UpstreamStream {
