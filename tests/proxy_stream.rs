@@ -135,3 +135,28 @@ async fn a_200_mib_pass_through_streams_at_the_clients_pace() {
         .step_by(4099)
         .all(|(i, b)| *b == wharf_testbed::pattern_byte(i as u64)));
 }
+
+#[tokio::test]
+async fn large_pass_through_bodies_arrive_whole_over_one_origin_connection() {
+    // Past the first read of a response, a pass-through body goes from the origin's socket
+    // to the client's by splice(2); the origin connection still goes back to the pool at
+    // the body's end, and the bytes are the origin's.
+    let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
+    let (origin, accepted) = counting_server(body).await;
+    let wharf = start_wharf(
+        "[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
+    )
+    .await;
+    for i in 0..5 {
+        let target = encode(&format!("http://{origin}/big/{i}"));
+        let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
+        let received = response.bytes();
+        assert_eq!(received.len(), body.len(), "call {i}");
+        assert!(received.as_ref() == body, "call {i}: the origin's bytes");
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "each spliced body returned the origin connection for the next call"
+    );
+}

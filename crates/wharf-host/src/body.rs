@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::fs::File;
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ enum Kind {
     Full(Option<Bytes>),
     /// A file's bytes.
     File(FileBody),
+    /// Bytes a socket can hand on (see [`SpliceBody`]).
+    Spliced(SplicedBody),
     /// Any other body.
     Boxed(UnsyncBoxBody<Bytes, BoxError>),
     /// A body its service boxed already.
@@ -72,6 +75,24 @@ impl ResponseBody {
         }
     }
 
+    /// A body whose bytes may go from the socket they arrive on to the client's without
+    /// passing through user space ([`SpliceBody`]): the host's HTTP/1.1 writer splices them
+    /// to a plain socket when the body says it can; anything else reads its frames.
+    pub fn spliced<B: SpliceBody + 'static>(body: Pin<Box<B>>) -> Self {
+        ResponseBody(Kind::Spliced(SplicedBody {
+            body,
+            guards: Vec::new(),
+        }))
+    }
+
+    /// The spliceable body this is, when it is one.
+    pub(crate) fn as_spliced(&mut self) -> Option<&mut SplicedBody> {
+        match &mut self.0 {
+            Kind::Spliced(body) => Some(body),
+            _ => None,
+        }
+    }
+
     /// Any body of `Bytes` whose errors convert to [`BoxError`].
     pub fn new<B>(body: B) -> Self
     where
@@ -105,6 +126,7 @@ impl std::fmt::Debug for ResponseBody {
                 .field(&bytes.as_ref().map_or(0, Bytes::len))
                 .finish(),
             Kind::File(file) => f.debug_tuple("File").field(&file.remaining()).finish(),
+            Kind::Spliced(_) => f.write_str("Spliced"),
             Kind::Boxed(_) => f.write_str("Boxed"),
             Kind::Pinned(_) => f.write_str("Pinned"),
         }
@@ -122,6 +144,7 @@ impl Body for ResponseBody {
         match &mut self.get_mut().0 {
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
             Kind::File(file) => Poll::Ready(file.read_frame().map(|read| read.map(Frame::data))),
+            Kind::Spliced(body) => body.poll_frame(cx),
             Kind::Boxed(body) => Pin::new(body).poll_frame(cx),
             Kind::Pinned(body) => body.as_mut().poll_frame(cx),
         }
@@ -131,6 +154,7 @@ impl Body for ResponseBody {
         match &self.0 {
             Kind::Full(bytes) => bytes.is_none(),
             Kind::File(file) => file.remaining() == 0,
+            Kind::Spliced(body) => body.body.is_end_stream(),
             Kind::Boxed(body) => body.is_end_stream(),
             Kind::Pinned(body) => body.is_end_stream(),
         }
@@ -140,6 +164,7 @@ impl Body for ResponseBody {
         match &self.0 {
             Kind::Full(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::File(file) => SizeHint::with_exact(file.remaining()),
+            Kind::Spliced(body) => body.body.size_hint(),
             Kind::Boxed(body) => body.size_hint(),
             Kind::Pinned(body) => body.size_hint(),
         }
@@ -208,6 +233,60 @@ impl FileBody {
                 Some(Err(error.into()))
             }
         }
+    }
+}
+
+/// A body whose bytes can be moved from the socket they arrive on through a pipe with
+/// `splice(2)` (the rest of an upstream response of a stated length, on a plain socket),
+/// besides being read as frames. Bytes already read into user space come as frames first;
+/// [`SpliceBody::can_splice`] says when the rest can be spliced.
+pub trait SpliceBody: Body<Data = Bytes, Error = BoxError> + Send {
+    /// Whether the next bytes can be spliced now (else they come as frames).
+    fn can_splice(&self) -> bool;
+
+    /// Moves up to `max` of the next bytes into `pipe` (empty, non-blocking); how many it
+    /// moved, 0 once the body is complete.
+    fn poll_splice_to(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        pipe: BorrowedFd<'_>,
+        max: usize,
+    ) -> Poll<Result<usize, BoxError>>;
+}
+
+/// A spliceable body and the guards of the call (see [`guard_body`]), dropped when it ended
+/// (or failed).
+pub(crate) struct SplicedBody {
+    body: Pin<Box<dyn SpliceBody>>,
+    guards: Vec<Box<dyn Any + Send>>,
+}
+
+impl SplicedBody {
+    /// Whether the next bytes can be spliced now.
+    pub(crate) fn can_splice(&self) -> bool {
+        self.body.can_splice()
+    }
+
+    /// See [`SpliceBody::poll_splice_to`]; the guards go at the end or on an error.
+    pub(crate) fn poll_splice_to(
+        &mut self,
+        cx: &mut Context<'_>,
+        pipe: BorrowedFd<'_>,
+        max: usize,
+    ) -> Poll<Result<usize, BoxError>> {
+        let moved = self.body.as_mut().poll_splice_to(cx, pipe, max);
+        if matches!(moved, Poll::Ready(Ok(0) | Err(_))) {
+            self.guards.clear();
+        }
+        moved
+    }
+
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let frame = self.body.as_mut().poll_frame(cx);
+        if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+            self.guards.clear();
+        }
+        frame
     }
 }
 
@@ -298,11 +377,19 @@ pub fn guard_body<G: Send + 'static>(
     guard: G,
 ) -> http::Response<ResponseBody> {
     response.map(|mut inner| {
-        if let Kind::File(file) = &mut inner.0 {
-            // A file body keeps its guards itself and stays a file for the writer's
-            // `sendfile`; they drop after its last byte, as a guarded stream's do.
-            file.guards.push(Box::new(guard));
-            return inner;
+        match &mut inner.0 {
+            // A file body and a spliceable one keep their guards themselves and stay what
+            // they are for the writer's `sendfile` or `splice`; the guards drop after the
+            // last byte, as a guarded stream's do.
+            Kind::File(file) => {
+                file.guards.push(Box::new(guard));
+                return inner;
+            }
+            Kind::Spliced(body) => {
+                body.guards.push(Box::new(guard));
+                return inner;
+            }
+            _ => {}
         }
         ResponseBody::from(
             GuardedBody {

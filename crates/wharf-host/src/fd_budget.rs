@@ -18,13 +18,15 @@
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use tracing::{info, warn};
 
+use crate::h1::pipes::SPLICE_PIPE_FDS;
+
 /// Descriptors kept out of the session budget: listeners, the runtime's epoll
 /// and wake-up fds, stdio, log files, Redis and NATS connections, health
 /// probes, and a margin for files opened while serving (TLS keys on reload);
 /// and the cache's sealed body files, at most `wharf_cache::MAX_SEALED_FILES`
 /// (the host does not depend on the cache; a test of wharf-proxy, which uses
-/// both, holds the two equal).
-pub(crate) const RESERVED_FDS: u64 = 128 + SEALED_BODY_FDS;
+/// both, holds the two equal); and the pipes that splice response bodies.
+pub(crate) const RESERVED_FDS: u64 = 128 + SEALED_BODY_FDS + SPLICE_PIPE_FDS;
 
 /// Descriptors the cache's sealed body files may hold.
 pub const SEALED_BODY_FDS: u64 = 128;
@@ -95,11 +97,11 @@ mod tests {
         let cases = [
             (10_000, None, 10_000),
             (10_000, Some(1_048_576), 10_000),
-            // issue 4's machine: a hard limit of 20000 holds 9872 proxied calls
-            (10_000, Some(20_000), 9_872),
-            (20_000, Some(20_000), 9_872),
+            // issue 4's machine: a hard limit of 20000 holds 9808 proxied calls
+            (10_000, Some(20_000), 9_808),
+            (20_000, Some(20_000), 9_808),
             (100, Some(1024), 100),
-            (10_000, Some(1024), 384),
+            (10_000, Some(1024), 320),
             // a limit below the reserve still admits one session
             (10_000, Some(64), 1),
             (0, None, 1),

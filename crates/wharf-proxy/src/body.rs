@@ -2,6 +2,7 @@
 //! total deadline), from a fill in progress, or from a cache entry.
 
 use std::future::Future;
+use std::os::fd::BorrowedFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -13,7 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, StreamBody};
 use tokio::time::{Instant, Sleep};
 use wharf_cache::{CachedResponse, FillFailure, FillReader, StoredBody};
-use wharf_host::body::{full, BoxError, ResponseBody};
+use wharf_host::body::{full, BoxError, ResponseBody, SpliceBody};
 use wharf_upstream::ResponseBody as UpstreamBody;
 
 use crate::error::{error_chain, ProxyError};
@@ -150,9 +151,45 @@ impl Body for OriginBody {
     }
 }
 
-/// An origin body, boxed already, for the client.
+impl SpliceBody for OriginBody {
+    fn can_splice(&self) -> bool {
+        self.ahead.is_none() && !self.ended && self.inner.can_splice()
+    }
+
+    /// The origin socket's next bytes into `pipe`, under the same deadline as frames.
+    fn poll_splice_to(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        pipe: BorrowedFd<'_>,
+        max: usize,
+    ) -> Poll<Result<usize, BoxError>> {
+        let this = self.project();
+        if let Poll::Ready(moved) = this.inner.get_mut().poll_splice_to(cx, pipe, max) {
+            return Poll::Ready(match moved {
+                Ok(moved) => {
+                    *this.received += moved as u64;
+                    Ok(moved)
+                }
+                Err(error) => Err(Box::new(ProxyError::OriginBody {
+                    origin: this.target.label.clone(),
+                    received: *this.received,
+                    message: error_chain(&error),
+                }) as BoxError),
+            });
+        }
+        ready!(this.deadline.poll(cx));
+        Poll::Ready(Err(Box::new(ProxyError::OriginTimeout {
+            origin: this.target.label.clone(),
+            what: "body not complete",
+            after: *this.total_timeout,
+        }) as BoxError))
+    }
+}
+
+/// An origin body, boxed already, for the client: spliced from the origin's socket to the
+/// client's where both are plain sockets (see [`SpliceBody`]), read as frames elsewhere.
 pub(crate) fn relay(body: Pin<Box<OriginBody>>) -> ResponseBody {
-    ResponseBody::pinned(body)
+    ResponseBody::spliced(body)
 }
 
 /// A fill's failure as a body error (it is shared, so wrapped, not moved).

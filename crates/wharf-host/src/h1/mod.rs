@@ -28,6 +28,7 @@
 mod body;
 mod date;
 mod heads;
+pub(crate) mod pipes;
 mod read;
 mod spare;
 mod transport;

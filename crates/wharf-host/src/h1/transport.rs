@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -37,6 +38,18 @@ pub(crate) trait SendFile {
         _cx: &mut Context<'_>,
         _file: &File,
         _offset: u64,
+        _len: usize,
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
+    }
+
+    /// Sends up to `len` bytes out of `pipe` (`splice(2)`: the pipe's pages go to the
+    /// socket, no copy through user space); how many it sent. Works where
+    /// [`SendFile::can_send_file`] does.
+    fn poll_splice_from(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _pipe: BorrowedFd<'_>,
         _len: usize,
     ) -> Poll<io::Result<usize>> {
         Poll::Ready(Err(io::ErrorKind::Unsupported.into()))
@@ -79,6 +92,21 @@ macro_rules! send_file_on_socket {
                     }
                 }
             }
+
+            fn poll_splice_from(
+                &mut self,
+                cx: &mut Context<'_>,
+                pipe: BorrowedFd<'_>,
+                len: usize,
+            ) -> Poll<io::Result<usize>> {
+                loop {
+                    ready!(self.poll_write_ready(cx))?;
+                    match self.try_io(Interest::WRITABLE, || splice_out(pipe, &*self, len)) {
+                        Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                        sent => return Poll::Ready(sent),
+                    }
+                }
+            }
         }
     )*};
 }
@@ -94,6 +122,20 @@ fn send_file(
 ) -> io::Result<usize> {
     let mut offset = offset;
     rustix::fs::sendfile(socket, file, Some(&mut offset), len).map_err(io::Error::from)
+}
+
+/// One non-blocking `splice(2)` of up to `len` bytes from `pipe` to `socket`.
+fn splice_out(pipe: BorrowedFd<'_>, socket: impl AsFd, len: usize) -> io::Result<usize> {
+    use rustix::pipe::{splice, SpliceFlags};
+    splice(
+        pipe,
+        None,
+        socket,
+        None,
+        len,
+        SpliceFlags::NONBLOCK | SpliceFlags::MOVE,
+    )
+    .map_err(io::Error::from)
 }
 
 impl Transport for TlsStream<TcpStream> {}

@@ -27,6 +27,7 @@ use wharf_http1::response::{encode_response_head, ConnectionOption, ResponseFram
 
 use super::body::{BodyFeed, FeedStep};
 use super::date::with_http_date;
+use super::pipes::{Pipe, PIPE_BYTES};
 use super::transport::SendFile;
 use super::{Conn, RequestInfo, Transport};
 use crate::body::ResponseBody;
@@ -217,6 +218,11 @@ pub(super) struct MessageWriter {
     /// Running while writes make no progress (the client does not read).
     stall: Option<Pin<Box<Sleep>>>,
     idle_timeout: Duration,
+    /// The pipe a spliced body goes through (see [`MessageWriter::splice_part`]); `None`
+    /// until the first splice, or when none could be had.
+    pipe: Option<Pipe>,
+    /// No pipe could be had: the body is written as frames.
+    no_pipe: bool,
 }
 
 impl Drop for MessageWriter {
@@ -248,6 +254,8 @@ impl MessageWriter {
             cut: false,
             stall: None,
             idle_timeout,
+            pipe: None,
+            no_pipe: false,
         }
     }
 
@@ -266,11 +274,29 @@ impl MessageWriter {
                 .body
                 .as_mut()
                 .is_some_and(|body| body.as_file().is_some());
+        // A spliceable body of a stated length goes to a plain socket through a pipe once
+        // the bytes read ahead of it are out (its frames until then).
+        let by_splice = !by_file && self.declared.is_some() && io.can_send_file();
         loop {
+            let splice_now = by_splice
+                && !self.no_pipe
+                && (self.pipe.as_ref().is_some_and(|pipe| pipe.held > 0)
+                    || self
+                        .body
+                        .as_mut()
+                        .and_then(ResponseBody::as_spliced)
+                        .is_some_and(|body| body.can_splice()));
             if by_file {
                 if self.buffered == 0 && self.body.is_some() {
                     let sent = self.send_file_part(io, cx);
                     match self.settle(sent, cx, "sending the response's file") {
+                        None => continue,
+                        Some(done) => return done,
+                    }
+                }
+            } else if splice_now {
+                if self.buffered == 0 {
+                    match self.splice_part(io, cx) {
                         None => continue,
                         Some(done) => return done,
                     }
@@ -390,6 +416,75 @@ impl MessageWriter {
         file.advance(sent as u64);
         self.sent += sent as u64;
         Poll::Ready(Ok(()))
+    }
+
+    /// One step of a spliced body: the pipe's bytes out to the client when it holds some,
+    /// else the body's next bytes into the pipe (within the declared length). `None` to go
+    /// on, else what [`MessageWriter::poll_write`] returns: `Pending` while the client's
+    /// socket is full (with the idle timer, as any write) or the body has no bytes yet.
+    fn splice_part<S: SendFile>(&mut self, io: &mut S, cx: &mut Context<'_>) -> Option<Poll<bool>> {
+        if self.pipe.is_none() {
+            self.pipe = Pipe::take();
+            if self.pipe.is_none() {
+                self.no_pipe = true;
+                return None;
+            }
+        }
+        let pipe = self.pipe.as_mut()?;
+        if pipe.held > 0 {
+            let read_end = pipe.read_end()?;
+            return match io.poll_splice_from(cx, read_end, pipe.held) {
+                Poll::Ready(Ok(0)) => {
+                    debug!("the client's socket took no spliced bytes; closing");
+                    Some(Poll::Ready(false))
+                }
+                Poll::Ready(Ok(sent)) => {
+                    pipe.held -= sent;
+                    self.stall = None;
+                    None
+                }
+                written => self.settle(written.map_ok(|_| ()), cx, "splicing the response"),
+            };
+        }
+        let room = self.declared.map_or(0, |len| len - self.sent);
+        let body = self.body.as_mut().and_then(ResponseBody::as_spliced)?;
+        if room == 0 {
+            let longer = body.can_splice();
+            self.end_spliced(longer.then_some("longer than its length"));
+            return None;
+        }
+        let write_end = pipe.write_end()?;
+        let max = usize::try_from(room).map_or(PIPE_BYTES, |room| room.min(PIPE_BYTES));
+        match body.poll_splice_to(cx, write_end, max) {
+            Poll::Pending => Some(Poll::Pending),
+            Poll::Ready(Ok(0)) => {
+                self.end_spliced(Some("shorter than its length"));
+                None
+            }
+            Poll::Ready(Ok(moved)) => {
+                pipe.held = moved;
+                self.sent += moved as u64;
+                None
+            }
+            Poll::Ready(Err(error)) => {
+                debug!(error = %crate::error::error_chain(&*error), "response body failed; cutting the response");
+                self.cut = true;
+                self.body = None;
+                None
+            }
+        }
+    }
+
+    /// The spliced body is done: whole, or cut for the reason given.
+    fn end_spliced(&mut self, cut: Option<&'static str>) {
+        if let Some(why) = cut {
+            debug!(
+                sent = self.sent,
+                "spliced response body {why}; cutting the response"
+            );
+            self.cut = true;
+        }
+        self.body = None;
     }
 
     /// The file body is done: whole, or cut for the reason given.
@@ -725,6 +820,7 @@ mod tests {
     struct Counted {
         socket: tokio::net::TcpStream,
         sent_from_file: usize,
+        sent_from_pipe: usize,
         written: usize,
     }
 
@@ -778,6 +874,17 @@ mod tests {
             self.sent_from_file += n;
             Poll::Ready(Ok(n))
         }
+
+        fn poll_splice_from(
+            &mut self,
+            cx: &mut Context<'_>,
+            pipe: std::os::fd::BorrowedFd<'_>,
+            len: usize,
+        ) -> Poll<io::Result<usize>> {
+            let n = ready!(self.socket.poll_splice_from(cx, pipe, len))?;
+            self.sent_from_pipe += n;
+            Poll::Ready(Ok(n))
+        }
     }
 
     /// What the client of [`over_tcp`] read, whether the writer reported the message whole,
@@ -786,6 +893,7 @@ mod tests {
         received: Vec<u8>,
         whole: bool,
         sent_from_file: usize,
+        sent_from_pipe: usize,
         written: usize,
     }
 
@@ -804,6 +912,7 @@ mod tests {
         let mut server = Counted {
             socket,
             sent_from_file: 0,
+            sent_from_pipe: 0,
             written: 0,
         };
         let mut writer = writer;
@@ -811,6 +920,7 @@ mod tests {
         let Counted {
             socket,
             sent_from_file,
+            sent_from_pipe,
             written,
         } = server;
         // Closed, so the client reads to its end.
@@ -819,6 +929,7 @@ mod tests {
             received: reader.await.unwrap(),
             whole,
             sent_from_file,
+            sent_from_pipe,
             written,
         }
     }
@@ -852,5 +963,132 @@ mod tests {
         let out = over_tcp(file_writer(b"H\r\n", file_body, 50_000)).await;
         assert!(!out.whole);
         assert_eq!(out.received, [&b"H\r\n"[..], &body[..]].concat());
+    }
+
+    use crate::body::BoxError;
+
+    /// A spliceable body read from a real socket: `ahead` first as a frame (bytes already
+    /// read into user space), then up to `remaining` more bytes from `source`, by frames or
+    /// spliced; a source that closes early is an error, as an upstream body's is.
+    struct SocketBody {
+        ahead: Option<Bytes>,
+        source: tokio::net::TcpStream,
+        remaining: u64,
+    }
+
+    impl Body for SocketBody {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            if let Some(ahead) = self.ahead.take() {
+                return Poll::Ready(Some(Ok(Frame::data(ahead))));
+            }
+            if self.remaining == 0 {
+                return Poll::Ready(None);
+            }
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                ready!(self.source.poll_read_ready(cx))?;
+                match self.source.try_read(&mut buf) {
+                    Ok(0) => return Poll::Ready(Some(Err("source closed early".into()))),
+                    Ok(n) => {
+                        self.remaining -= n as u64;
+                        buf.truncate(n);
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))));
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(error) => return Poll::Ready(Some(Err(error.into()))),
+                }
+            }
+        }
+    }
+
+    impl crate::body::SpliceBody for SocketBody {
+        fn can_splice(&self) -> bool {
+            self.ahead.is_none() && self.remaining > 0
+        }
+
+        fn poll_splice_to(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            pipe: std::os::fd::BorrowedFd<'_>,
+            max: usize,
+        ) -> Poll<Result<usize, BoxError>> {
+            use rustix::pipe::{splice, SpliceFlags};
+            if self.remaining == 0 {
+                return Poll::Ready(Ok(0));
+            }
+            let len = usize::try_from(self.remaining).unwrap().min(max);
+            loop {
+                ready!(self.source.poll_read_ready(cx))?;
+                let moved = self.source.try_io(tokio::io::Interest::READABLE, || {
+                    splice(&self.source, None, pipe, None, len, SpliceFlags::NONBLOCK)
+                        .map_err(io::Error::from)
+                });
+                match moved {
+                    Ok(0) => return Poll::Ready(Err("source closed early".into())),
+                    Ok(n) => {
+                        self.remaining -= n as u64;
+                        return Poll::Ready(Ok(n));
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(error) => return Poll::Ready(Err(error.into())),
+                }
+            }
+        }
+    }
+
+    /// A connected socket that is sent `bytes` (then closed) by a task of its own.
+    async fn source_sending(bytes: Vec<u8>) -> tokio::net::TcpStream {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut peer, _) = listener.accept().await.unwrap();
+            peer.write_all(&bytes).await.unwrap();
+        });
+        tokio::net::TcpStream::connect(address).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_spliceable_body_goes_through_a_pipe_after_its_read_ahead_bytes() {
+        let body: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let (ahead, rest) = body.split_at(1000);
+        let dropped = Arc::new(AtomicBool::new(false));
+        let spliced = ResponseBody::spliced(Box::pin(SocketBody {
+            ahead: Some(Bytes::copy_from_slice(ahead)),
+            source: source_sending(rest.to_vec()).await,
+            remaining: rest.len() as u64,
+        }));
+        let guarded =
+            crate::body::guard_body(http::Response::new(spliced), DropFlag(dropped.clone()));
+        let out = over_tcp(file_writer(HEAD, guarded.into_body(), body.len() as u64)).await;
+        assert!(out.whole);
+        assert!(out.received == [HEAD, &body[..]].concat());
+        // The head and the read-ahead bytes by `write`, every other body byte by `splice`.
+        assert_eq!(out.written, HEAD.len() + ahead.len());
+        assert_eq!(out.sent_from_pipe, rest.len());
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the guard goes with the last byte"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_spliced_body_that_ends_early_is_cut_after_the_bytes_it_had() {
+        let rest = vec![b's'; 200_000];
+        let spliced = ResponseBody::spliced(Box::pin(SocketBody {
+            ahead: None,
+            source: source_sending(rest.clone()).await,
+            remaining: 300_000,
+        }));
+        let out = over_tcp(file_writer(b"H\r\n", spliced, 300_000)).await;
+        assert!(!out.whole, "a cut message reports failure");
+        assert_eq!(out.received, [&b"H\r\n"[..], &rest[..]].concat());
+        assert_eq!(out.sent_from_pipe, rest.len());
     }
 }
