@@ -399,18 +399,18 @@ impl MessageWriter {
         let len = file.remaining().min(room);
         if len == 0 {
             if file.remaining() > 0 {
-                self.end_file(Some("longer than its length"));
+                self.end_body("response file", Some("longer than its length"));
             } else if self.declared.is_some_and(|declared| self.sent < declared) {
-                self.end_file(Some("shorter than its length"));
+                self.end_body("response file", Some("shorter than its length"));
             } else {
-                self.end_file(None);
+                self.end_body("response file", None);
             }
             return Poll::Ready(Ok(()));
         }
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         let sent = ready!(io.poll_send_file(cx, file.file(), file.offset(), len))?;
         if sent == 0 {
-            self.end_file(Some("ended before its length"));
+            self.end_body("response file", Some("ended before its length"));
             return Poll::Ready(Ok(()));
         }
         file.advance(sent as u64);
@@ -450,7 +450,10 @@ impl MessageWriter {
         let body = self.body.as_mut().and_then(ResponseBody::as_spliced)?;
         if room == 0 {
             let longer = body.can_splice();
-            self.end_spliced(longer.then_some("longer than its length"));
+            self.end_body(
+                "spliced response body",
+                longer.then_some("longer than its length"),
+            );
             return None;
         }
         let write_end = pipe.write_end()?;
@@ -458,7 +461,7 @@ impl MessageWriter {
         match body.poll_splice_to(cx, write_end, max) {
             Poll::Pending => Some(Poll::Pending),
             Poll::Ready(Ok(0)) => {
-                self.end_spliced(Some("shorter than its length"));
+                self.end_body("spliced response body", Some("shorter than its length"));
                 None
             }
             Poll::Ready(Ok(moved)) => {
@@ -475,25 +478,10 @@ impl MessageWriter {
         }
     }
 
-    /// The spliced body is done: whole, or cut for the reason given.
-    fn end_spliced(&mut self, cut: Option<&'static str>) {
+    /// A file or spliced body (`what`) is done: whole, or cut for the reason given.
+    fn end_body(&mut self, what: &'static str, cut: Option<&'static str>) {
         if let Some(why) = cut {
-            debug!(
-                sent = self.sent,
-                "spliced response body {why}; cutting the response"
-            );
-            self.cut = true;
-        }
-        self.body = None;
-    }
-
-    /// The file body is done: whole, or cut for the reason given.
-    fn end_file(&mut self, cut: Option<&'static str>) {
-        if let Some(why) = cut {
-            debug!(
-                sent = self.sent,
-                "response file {why}; cutting the response"
-            );
+            debug!(sent = self.sent, "{what} {why}; cutting the response");
             self.cut = true;
         }
         self.body = None;
