@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, StreamBody};
 use tokio::time::{Instant, Sleep};
 use wharf_cache::{CachedResponse, FillFailure, FillReader, StoredBody};
 use wharf_host::body::{full, BoxError, ResponseBody, SpliceBody};
-use wharf_upstream::ResponseBody as UpstreamBody;
+use wharf_upstream::{ResponseBody as UpstreamBody, UpstreamError};
 
 use crate::error::{error_chain, ProxyError};
 use crate::target::Target;
@@ -102,20 +102,12 @@ impl OriginBody {
                     }
                     Some(Ok(frame))
                 }
-                Some(Err(error)) => Some(Err(ProxyError::OriginBody {
-                    origin: this.target.label.clone(),
-                    received: *this.received,
-                    message: error_chain(&error),
-                })),
+                Some(Err(error)) => Some(Err(broken(this.target, *this.received, &error))),
                 None => None,
             });
         }
         ready!(this.deadline.poll(cx));
-        Poll::Ready(Some(Err(ProxyError::OriginTimeout {
-            origin: this.target.label.clone(),
-            what: "body not complete",
-            after: *this.total_timeout,
-        })))
+        Poll::Ready(Some(Err(incomplete(this.target, *this.total_timeout))))
     }
 }
 
@@ -170,19 +162,33 @@ impl SpliceBody for OriginBody {
                     *this.received += moved as u64;
                     Ok(moved)
                 }
-                Err(error) => Err(Box::new(ProxyError::OriginBody {
-                    origin: this.target.label.clone(),
-                    received: *this.received,
-                    message: error_chain(&error),
-                }) as BoxError),
+                Err(error) => {
+                    Err(Box::new(broken(this.target, *this.received, &error)) as BoxError)
+                }
             });
         }
         ready!(this.deadline.poll(cx));
-        Poll::Ready(Err(Box::new(ProxyError::OriginTimeout {
-            origin: this.target.label.clone(),
-            what: "body not complete",
-            after: *this.total_timeout,
-        }) as BoxError))
+        Poll::Ready(Err(
+            Box::new(incomplete(this.target, *this.total_timeout)) as BoxError
+        ))
+    }
+}
+
+/// The origin's body broke after `received` bytes (read as frames or spliced).
+fn broken(target: &Target, received: u64, error: &UpstreamError) -> ProxyError {
+    ProxyError::OriginBody {
+        origin: target.label.clone(),
+        received,
+        message: error_chain(error),
+    }
+}
+
+/// The origin's body was not complete within the call's `total_timeout`.
+fn incomplete(target: &Target, total_timeout: Duration) -> ProxyError {
+    ProxyError::OriginTimeout {
+        origin: target.label.clone(),
+        what: "body not complete",
+        after: total_timeout,
     }
 }
 

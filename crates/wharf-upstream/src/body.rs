@@ -112,7 +112,7 @@ impl ResponseBody {
         else {
             return Poll::Ready(Ok(0));
         };
-        let (remaining, expected) = (remaining, *expected);
+        let expected = *expected;
         let Some(connection) = self.connection.as_mut() else {
             return Poll::Ready(Ok(0));
         };
@@ -145,7 +145,7 @@ impl ResponseBody {
         }
     }
 
-    /// The body broke while spliced: the connection is closed; the error is returned.
+    /// The body broke: the connection is closed; the error is returned.
     fn abandon(&mut self, error: UpstreamError) -> UpstreamError {
         self.progress = Progress::Ended;
         self.connection = None;
@@ -168,11 +168,9 @@ impl ResponseBody {
         }
     }
 
-    /// The body broke: the connection is closed.
+    /// The body broke while read as frames: the connection is closed.
     fn fail(&mut self, error: UpstreamError) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
-        self.progress = Progress::Ended;
-        self.connection = None;
-        Poll::Ready(Some(Err(error)))
+        Poll::Ready(Some(Err(self.abandon(error))))
     }
 
     fn data(&mut self, data: Bytes) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {

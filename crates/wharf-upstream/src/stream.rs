@@ -88,9 +88,7 @@ impl UpstreamStream {
         };
         matches!(outcome, Err(error) if error.kind() == io::ErrorKind::WouldBlock)
     }
-}
 
-impl UpstreamStream {
     /// Whether [`UpstreamStream::poll_splice_to`] works here: a plain socket, whose bytes the
     /// kernel can move into a pipe (TLS must decrypt them in user space).
     pub(crate) fn can_splice(&self) -> bool {

@@ -423,16 +423,22 @@ impl MessageWriter {
     /// on, else what [`MessageWriter::poll_write`] returns: `Pending` while the client's
     /// socket is full (with the idle timer, as any write) or the body has no bytes yet.
     fn splice_part<S: SendFile>(&mut self, io: &mut S, cx: &mut Context<'_>) -> Option<Poll<bool>> {
-        if self.pipe.is_none() {
-            self.pipe = Pipe::take();
-            if self.pipe.is_none() {
-                self.no_pipe = true;
-                return None;
-            }
-        }
-        let pipe = self.pipe.as_mut()?;
+        let pipe = match &mut self.pipe {
+            Some(pipe) => pipe,
+            None => match Pipe::take() {
+                Some(pipe) => self.pipe.insert(pipe),
+                None => {
+                    self.no_pipe = true;
+                    return None;
+                }
+            },
+        };
+        // A pipe in use always has its ends (they leave it only when it is dropped); were
+        // one missing, the message fails rather than the loop going round without progress.
+        let (Some(read_end), Some(write_end)) = (pipe.read_end(), pipe.write_end()) else {
+            return Some(Poll::Ready(false));
+        };
         if pipe.held > 0 {
-            let read_end = pipe.read_end()?;
             return match io.poll_splice_from(cx, read_end, pipe.held) {
                 Poll::Ready(Ok(0)) => {
                     debug!("the client's socket took no spliced bytes; closing");
@@ -456,7 +462,6 @@ impl MessageWriter {
             );
             return None;
         }
-        let write_end = pipe.write_end()?;
         let max = usize::try_from(room).map_or(PIPE_BYTES, |room| room.min(PIPE_BYTES));
         match body.poll_splice_to(cx, write_end, max) {
             Poll::Pending => Some(Poll::Pending),
