@@ -367,3 +367,73 @@ async fn sequential_calls_reuse_one_backend_connection() {
         "each call opened its own backend connection"
     );
 }
+
+#[tokio::test]
+async fn large_bodies_arrive_whole_over_one_backend_connection() {
+    // Past the first read of a response, a routed body goes from the backend's socket to
+    // the client's by splice(2), as the proxy's pass-through bodies do; the backend
+    // connection still goes back to the pool at the body's end, and the bytes are the
+    // backend's.
+    let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
+    let (backend, accepted) = counting_server(body).await;
+    let wharf = start_wharf(&route_table(
+        "big",
+        "/big",
+        &[format!("http://{backend}")],
+        "",
+    ))
+    .await;
+    for i in 0..5 {
+        let response = get(&wharf.url(&format!("/big/{i}"))).await;
+        assert_eq!(response.status, 200, "call {i}");
+        let received = response.bytes();
+        assert_eq!(received.len(), body.len(), "call {i}");
+        assert!(received.as_ref() == body, "call {i}: the backend's bytes");
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "each body returned the backend connection for the next call"
+    );
+}
+
+#[tokio::test]
+async fn a_large_body_cut_short_is_a_visible_truncation_and_frees_its_backend() {
+    // least_outstanding keeps configuration order on ties: while a call counts against
+    // `a`, the next goes to `b`. A body that ends (whole, or cut short past the part read
+    // with the head) must stop counting against its backend.
+    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "lo",
+        "/",
+        &[base(&a), base(&b)],
+        "strategy = \"least_outstanding\"",
+    ))
+    .await;
+    let fast_calls_go_to_a = |step: &'static str| {
+        let wharf = &wharf;
+        let (a, b) = (&a, &b);
+        async move {
+            let before = a.hits("/fast");
+            for _ in 0..3 {
+                assert_eq!(get(&wharf.url("/fast")).await.status, 200);
+            }
+            assert_eq!(
+                (a.hits("/fast") - before, b.hits("/fast")),
+                (3, 0),
+                "after {step}, the call still counted against its backend"
+            );
+        }
+    };
+    let whole = get(&wharf.url("/bytes/300000")).await;
+    assert_eq!(whole.bytes().as_ref(), expected_body(300_000).as_slice());
+    assert_eq!(a.hits("/bytes/300000"), 1);
+    fast_calls_go_to_a("a whole body").await;
+    // Declares 600,000 bytes, sends 300,000, then the backend aborts the response.
+    let cut = get(&wharf.url("/truncate?bytes=300000")).await;
+    assert_eq!(cut.status, 200);
+    assert!(cut.body.is_err(), "the truncation looked complete");
+    assert_eq!(a.hits("/truncate"), 1);
+    fast_calls_go_to_a("a body cut short").await;
+}

@@ -1,15 +1,20 @@
 //! The backend's response body on its way back to the client, which counts
 //! the call against its backend until it ends (the connection itself goes
 //! back to the pool only when the body was read to the end, see
-//! [`wharf_upstream::ResponseBody`]).
+//! [`wharf_upstream::ResponseBody`]). Past the bytes read with the head, a
+//! body of a stated length goes from the backend's socket to the client's by
+//! `splice(2)` where both are plain sockets ([`SpliceBody`]), as the proxy's
+//! pass-through bodies do.
 
+use std::os::fd::BorrowedFd;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use wharf_upstream::{ResponseBody as UpstreamBody, UpstreamError};
+use wharf_host::body::{BoxError, SpliceBody};
+use wharf_upstream::ResponseBody as UpstreamBody;
 
 use crate::backend::Backend;
 
@@ -45,12 +50,13 @@ impl RelayBody {
 
 impl Body for RelayBody {
     type Data = Bytes;
-    type Error = UpstreamError;
+    // Boxed already: what the host's spliceable bodies carry.
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         let polled = this.body.as_mut().poll_frame(cx);
         // hyper stops polling a body that says it has ended: the lease ends
@@ -63,7 +69,7 @@ impl Body for RelayBody {
         if ended {
             this.lease.take();
         }
-        polled
+        polled.map(|frame| frame.map(|frame| frame.map_err(|error| Box::new(error) as BoxError)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -72,5 +78,26 @@ impl Body for RelayBody {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+impl SpliceBody for RelayBody {
+    fn can_splice(&self) -> bool {
+        self.body.can_splice()
+    }
+
+    fn poll_splice_to(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        pipe: BorrowedFd<'_>,
+        max: usize,
+    ) -> Poll<Result<usize, BoxError>> {
+        let mut this = self.project();
+        let moved = ready!(this.body.as_mut().get_mut().poll_splice_to(cx, pipe, max));
+        // As with frames: the lease ends with the body's last byte or its error.
+        if !matches!(moved, Ok(moved) if moved > 0) || this.body.is_end_stream() {
+            this.lease.take();
+        }
+        Poll::Ready(moved.map_err(|error| Box::new(error) as BoxError))
     }
 }

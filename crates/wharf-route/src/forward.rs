@@ -14,10 +14,8 @@ use std::borrow::Cow;
 
 use http::{header, HeaderValue, Request, Response, Uri};
 use http_body::Body as _;
-use http_body_util::BodyExt;
 use tracing::debug;
 use wharf_config::RouteConfig;
-use wharf_host::body::BoxError;
 use wharf_host::call::ClientAddr;
 use wharf_host::error::{error_chain, json_error};
 use wharf_host::metrics::{Metrics, Outcome};
@@ -272,8 +270,8 @@ impl Route {
     fn relay(&self, response: Response<UpstreamBody>, lease: Lease) -> Response<ResponseBody> {
         let (mut parts, body) = response.into_parts();
         self.rewrite.response(&mut parts.headers);
-        let body = RelayBody::new(body, lease).map_err(|error| Box::new(error) as BoxError);
-        Response::from_parts(parts, ResponseBody::new(body))
+        let body = Box::pin(RelayBody::new(body, lease));
+        Response::from_parts(parts, ResponseBody::spliced(body))
     }
 }
 
