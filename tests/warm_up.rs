@@ -108,6 +108,26 @@ async fn a_twin_answering_an_error_is_reported_by_path_and_status() {
     assert_eq!(report.failed, ["GET /broken: status 500"], "{report:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_on_every_core_is_reported_once() {
+    // Two runtime workers: two cores, each making the twin's call once.
+    let config = config(PROXY_AND_ROUTE);
+    let limits = config.services[0].limits.clone();
+    let builder = HostBuilder::new(config.server);
+    let broken = handler(|_request| async {
+        let mut response = Response::new(ResponseBody::full(Bytes::from_static(b"no")));
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        response
+    });
+    let report = builder.warm_up(one_twin("/broken", &limits, broken)).await;
+    assert_eq!(report.calls, 2, "{report:?}");
+    assert_eq!(
+        report.failed,
+        ["GET /broken: status 500 (2 calls)"],
+        "{report:?}"
+    );
+}
+
 #[tokio::test]
 async fn serve_times_the_warm_up_as_a_start_up_phase() {
     let dir = std::env::temp_dir().join(format!("wharf-warm-up-{}", std::process::id()));

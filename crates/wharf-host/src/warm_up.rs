@@ -112,8 +112,9 @@ impl WarmUp {
 pub struct WarmUpReport {
     /// Calls made.
     pub calls: usize,
-    /// The calls that went wrong, with why: `"GET /path: reason"`. A twin's call is
-    /// expected to be answered 2xx, the host's own call (no twins) 404.
+    /// The calls that went wrong, with why: `"GET /path: reason"`, once each; a failure
+    /// that more calls had (one per core) ends with how many: `" (2 calls)"`. A twin's
+    /// call is expected to be answered 2xx, the host's own call (no twins) 404.
     pub failed: Vec<String>,
     /// How long the warm-up took.
     pub elapsed: Duration,
@@ -180,9 +181,28 @@ pub(crate) async fn run(
     };
     WarmUpReport {
         calls,
-        failed,
+        failed: once_each(failed),
         elapsed: started.elapsed(),
     }
+}
+
+/// The failures once each, in the order first seen, with how many calls had each when more
+/// than one did (the same call fails alike on every core).
+fn once_each(failed: Vec<String>) -> Vec<String> {
+    let mut counted: Vec<(String, usize)> = Vec::new();
+    for failure in failed {
+        match counted.iter_mut().find(|(seen, _)| *seen == failure) {
+            Some((_, count)) => *count += 1,
+            None => counted.push((failure, 1)),
+        }
+    }
+    counted
+        .into_iter()
+        .map(|(failure, count)| match count {
+            1 => failure,
+            _ => format!("{failure} ({count} calls)"),
+        })
+        .collect()
 }
 
 /// The status a warm-up call should get.
