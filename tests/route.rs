@@ -22,6 +22,20 @@ fn base(testbed: &TestbedHandle) -> String {
     format!("http://{}", testbed.addr())
 }
 
+/// Two testbeds behind one route at `prefix` with balancing `strategy`.
+async fn two_backends(prefix: &str, strategy: &str) -> (TestbedHandle, TestbedHandle, RunningHost) {
+    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "two",
+        prefix,
+        &[base(&a), base(&b)],
+        &format!("strategy = \"{strategy}\""),
+    ))
+    .await;
+    (a, b, wharf)
+}
+
 fn echoed_header<'a>(echo: &'a serde_json::Value, name: &str) -> Vec<&'a str> {
     echo["headers"]
         .as_array()
@@ -162,15 +176,7 @@ async fn method_and_header_matching() {
 
 #[tokio::test]
 async fn round_robin_spreads_calls_evenly() {
-    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let wharf = start_wharf(&route_table(
-        "rr",
-        "/fast",
-        &[base(&a), base(&b)],
-        "strategy = \"round_robin\"",
-    ))
-    .await;
+    let (a, b, wharf) = two_backends("/fast", "round_robin").await;
     for _ in 0..10 {
         assert_eq!(get(&wharf.url("/fast")).await.status, 200);
     }
@@ -179,15 +185,7 @@ async fn round_robin_spreads_calls_evenly() {
 
 #[tokio::test]
 async fn least_outstanding_avoids_the_busy_backend() {
-    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let wharf = start_wharf(&route_table(
-        "lo",
-        "/",
-        &[base(&a), base(&b)],
-        "strategy = \"least_outstanding\"",
-    ))
-    .await;
+    let (a, b, wharf) = two_backends("/", "least_outstanding").await;
     // Occupy the first backend with a slow call, then fast calls go to b.
     let slow = tokio::spawn(get_owned(wharf.url("/slow?ms=1500")));
     assert!(poll_until(Duration::from_secs(5), || async { a.hits("/slow") == 1 }).await);
@@ -402,15 +400,7 @@ async fn a_large_body_cut_short_is_a_visible_truncation_and_frees_its_backend() 
     // least_outstanding keeps configuration order on ties: while a call counts against
     // `a`, the next goes to `b`. A body that ends (whole, or cut short past the part read
     // with the head) must stop counting against its backend.
-    let a = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let b = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let wharf = start_wharf(&route_table(
-        "lo",
-        "/",
-        &[base(&a), base(&b)],
-        "strategy = \"least_outstanding\"",
-    ))
-    .await;
+    let (a, b, wharf) = two_backends("/", "least_outstanding").await;
     let fast_calls_go_to_a = |step: &'static str| {
         let wharf = &wharf;
         let (a, b) = (&a, &b);

@@ -51,6 +51,15 @@ fn one_twin(path: &str, limits: &LimitsConfig, twin: wharf_host::HostService) ->
     warm
 }
 
+/// A twin that answers every call 500.
+fn answers_500() -> wharf_host::HostService {
+    handler(|_request| async {
+        let mut response = Response::new(ResponseBody::full(Bytes::from_static(b"no")));
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        response
+    })
+}
+
 #[tokio::test]
 async fn every_service_type_is_warmed_up_through_a_twin_and_leaves_no_trace() {
     let config = config(PROXY_AND_ROUTE);
@@ -99,12 +108,9 @@ async fn a_twin_answering_an_error_is_reported_by_path_and_status() {
     let config = config(PROXY_AND_ROUTE);
     let limits = config.services[0].limits.clone();
     let builder = HostBuilder::new(config.server);
-    let broken = handler(|_request| async {
-        let mut response = Response::new(ResponseBody::full(Bytes::from_static(b"no")));
-        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-        response
-    });
-    let report = builder.warm_up(one_twin("/broken", &limits, broken)).await;
+    let report = builder
+        .warm_up(one_twin("/broken", &limits, answers_500()))
+        .await;
     assert_eq!(report.failed, ["GET /broken: status 500"], "{report:?}");
 }
 
@@ -114,12 +120,9 @@ async fn a_failure_on_every_core_is_reported_once() {
     let config = config(PROXY_AND_ROUTE);
     let limits = config.services[0].limits.clone();
     let builder = HostBuilder::new(config.server);
-    let broken = handler(|_request| async {
-        let mut response = Response::new(ResponseBody::full(Bytes::from_static(b"no")));
-        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-        response
-    });
-    let report = builder.warm_up(one_twin("/broken", &limits, broken)).await;
+    let report = builder
+        .warm_up(one_twin("/broken", &limits, answers_500()))
+        .await;
     assert_eq!(report.calls, 2, "{report:?}");
     assert_eq!(
         report.failed,
