@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use wharf_config::{Config, LimitsConfig};
-use wharf_host::{handler, HostBuilder, Mount, ResponseBody, WarmUp};
+use wharf_host::{handler, HostBuilder, Mount, ResponseBody, WarmUp, WarmUpReport};
 
 use crate::support::*;
 
@@ -51,13 +51,18 @@ fn one_twin(path: &str, limits: &LimitsConfig, twin: wharf_host::HostService) ->
     warm
 }
 
-/// A twin that answers every call 500.
-fn answers_500() -> wharf_host::HostService {
-    handler(|_request| async {
+/// Warms a host up through one twin, at `/broken`, that answers every call 500.
+async fn warm_up_a_twin_answering_500() -> WarmUpReport {
+    let config = config(PROXY_AND_ROUTE);
+    let limits = config.services[0].limits.clone();
+    let broken = handler(|_request| async {
         let mut response = Response::new(ResponseBody::full(Bytes::from_static(b"no")));
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         response
-    })
+    });
+    HostBuilder::new(config.server)
+        .warm_up(one_twin("/broken", &limits, broken))
+        .await
 }
 
 #[tokio::test]
@@ -105,24 +110,14 @@ async fn without_twins_the_host_warms_its_own_404_up() {
 
 #[tokio::test]
 async fn a_twin_answering_an_error_is_reported_by_path_and_status() {
-    let config = config(PROXY_AND_ROUTE);
-    let limits = config.services[0].limits.clone();
-    let builder = HostBuilder::new(config.server);
-    let report = builder
-        .warm_up(one_twin("/broken", &limits, answers_500()))
-        .await;
+    let report = warm_up_a_twin_answering_500().await;
     assert_eq!(report.failed, ["GET /broken: status 500"], "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_on_every_core_is_reported_once() {
     // Two runtime workers: two cores, each making the twin's call once.
-    let config = config(PROXY_AND_ROUTE);
-    let limits = config.services[0].limits.clone();
-    let builder = HostBuilder::new(config.server);
-    let report = builder
-        .warm_up(one_twin("/broken", &limits, answers_500()))
-        .await;
+    let report = warm_up_a_twin_answering_500().await;
     assert_eq!(report.calls, 2, "{report:?}");
     assert_eq!(
         report.failed,
