@@ -64,3 +64,123 @@ async fn sessions_run_on_every_core_and_stop_with_the_host() {
         "the service address still takes connections after shutdown"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_cores_watch_the_service_socket() {
+    // The first core accepts from a copy of the host's listener (the same socket). Were the
+    // host's own descriptor still registered with the multi-threaded runtime's epoll (the
+    // one that watches the admin listener), every connection for that core would wake one
+    // of that runtime's threads as well.
+    let config = Config::from_toml_str(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n",
+        "test.toml",
+    )
+    .unwrap();
+    let wharf = spawn_host(wharf::build_host(&config).unwrap()).await;
+    let request = b"GET /nothing-here HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    // A call first: a core serves it, so the cores have their listeners.
+    let answer = raw_exchange(wharf.addr, request, Duration::from_secs(10)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 404"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // Read until the view settles: other tests open and close sockets meanwhile, and a
+    // read of `/proc/net/tcp` or of a descriptor that closes may miss an entry.
+    let (mut service, mut admin) = (BTreeSet::new(), BTreeSet::new());
+    let (mut main, mut unwatched, mut shared) = (0, BTreeSet::new(), BTreeSet::new());
+    for _ in 0..100 {
+        // One listening socket per core, bound to the same address (SO_REUSEPORT).
+        service = listening_socket_inodes(wharf.addr);
+        admin = listening_socket_inodes(wharf.admin_addr);
+        let epolls = epoll_registrations();
+        let admin_epolls: Vec<_> = epolls
+            .iter()
+            .filter(|watched| !watched.is_disjoint(&admin))
+            .collect();
+        main = admin_epolls.len();
+        unwatched = service
+            .iter()
+            .filter(|socket| !epolls.iter().any(|watched| watched.contains(socket)))
+            .copied()
+            .collect();
+        shared = admin_epolls
+            .iter()
+            .flat_map(|watched| watched.intersection(&service))
+            .copied()
+            .collect();
+        let settled = service.len() == 2 && admin.len() == 1 && main > 0;
+        if settled && unwatched.is_empty() && shared.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        service.len(),
+        2,
+        "one listening socket per core: {service:?}"
+    );
+    assert_eq!(admin.len(), 1, "one admin socket: {admin:?}");
+    assert!(main > 0, "no epoll watches the admin socket");
+    assert!(
+        unwatched.is_empty(),
+        "no epoll watches service sockets {unwatched:?}"
+    );
+    assert!(
+        shared.is_empty(),
+        "the runtime that serves the admin listener also watches service sockets {shared:?}"
+    );
+    wharf.stop().await;
+}
+
+/// The inodes of the sockets listening on `addr` (IPv4), from `/proc/net/tcp`.
+fn listening_socket_inodes(addr: std::net::SocketAddr) -> BTreeSet<u64> {
+    let std::net::SocketAddr::V4(v4) = addr else {
+        return BTreeSet::new();
+    };
+    let local = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(v4.ip().octets()),
+        v4.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address, state 0A (LISTEN), inode
+            (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
+                .then(|| fields.get(9)?.parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// For each epoll descriptor of this process: the inodes of the files it watches.
+fn epoll_registrations() -> Vec<BTreeSet<u64>> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy() == "anon_inode:[eventpoll]")
+        })
+        .filter_map(|fd| {
+            let info = std::fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .ok()?;
+            Some(
+                info.lines()
+                    .filter(|line| line.starts_with("tfd:"))
+                    .filter_map(|line| line.split_whitespace().find_map(|f| f.strip_prefix("ino:")))
+                    .filter_map(|hex| u64::from_str_radix(hex, 16).ok())
+                    .collect(),
+            )
+        })
+        .collect()
+}

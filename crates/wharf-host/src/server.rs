@@ -368,9 +368,13 @@ impl Host {
             &accepting,
             &cores_released,
         );
-        let main_listener = (!cores::on_host_listener(&cores)).then_some(&listener);
+        // When the first core accepts from its copy of the host's listener (the same
+        // socket), the host's own is closed now: registered with this runtime's epoll, it
+        // woke this thread, which has nothing to do with it, for every connection that
+        // arrived for that core. The core's copy keeps the socket open until it stops.
+        let listener = (!cores::on_host_listener(&cores)).then_some(listener);
         acceptor
-            .accept_until(main_listener, || accept_unix(unix.as_ref()), shutdown)
+            .accept_until(listener.as_ref(), || accept_unix(unix.as_ref()), shutdown)
             .await;
         let _ = stop_accepting.send(true);
         cores::wait_until_not_accepting(&cores).await;
