@@ -12,11 +12,12 @@
 //! Each core accepts from a listener of its own: the first core from a copy of the host's
 //! (bound with `SO_REUSEPORT`), every other from one it binds to the same address, so the
 //! kernel spreads new connections evenly over the cores, as nginx's `reuseport` and
-//! HAProxy's default do. The host then closes its own descriptor of the first core's
-//! socket: its runtime's epoll watched it too, and woke one of its threads for nothing at
-//! every connection for that core. (One socket watched by every core's epoll left the spread to whichever core
-//! woke first: 2:1 in a measured run.) `SO_REUSEPORT` also lets another process of the
-//! same user bind the service address while wharf runs: the same as those gateways.
+//! HAProxy's default do. (One socket watched by every core's epoll left the spread to
+//! whichever core woke first: 2:1 in a measured run.) The host then closes its own
+//! descriptor of the first core's socket: its runtime's epoll watched it too, and woke one
+//! of its threads for nothing at every connection for that core. `SO_REUSEPORT` also lets
+//! another process of the same user bind the service address while wharf runs: the same
+//! as those gateways.
 //! The multi-threaded runtime keeps the rest: the admin listener, the Unix listener,
 //! background tasks, and TCP too if no core could be started.
 //!

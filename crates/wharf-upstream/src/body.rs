@@ -98,7 +98,8 @@ impl ResponseBody {
     /// non-blocking) with `splice(2)`, never past the body's end; how many it moved, 0 once
     /// the body is complete. At the end the connection goes back to its pool, as after
     /// frames; an EOF before the end is [`UpstreamError::Truncated`]. Only when
-    /// [`ResponseBody::can_splice`] said so (else it ends the body with an error).
+    /// [`ResponseBody::can_splice`] said so: otherwise it moves nothing (0), or ends the
+    /// body with an error when body bytes were already read into its buffer.
     pub fn poll_splice_to(
         &mut self,
         cx: &mut Context<'_>,

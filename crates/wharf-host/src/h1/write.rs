@@ -310,11 +310,7 @@ impl MessageWriter {
                             }
                             continue;
                         }
-                        Poll::Ready(Some(Err(error))) => {
-                            debug!(error = %crate::error::error_chain(&*error), "response body failed; cutting the response");
-                            self.cut = true;
-                            self.body = None;
-                        }
+                        Poll::Ready(Some(Err(error))) => self.body_failed(&error),
                         Poll::Ready(None) => {
                             self.body = None;
                             if self.declared.is_some_and(|len| self.sent < len) {
@@ -475,12 +471,17 @@ impl MessageWriter {
                 None
             }
             Poll::Ready(Err(error)) => {
-                debug!(error = %crate::error::error_chain(&*error), "response body failed; cutting the response");
-                self.cut = true;
-                self.body = None;
+                self.body_failed(&error);
                 None
             }
         }
+    }
+
+    /// The body failed (read as frames or spliced): the response is cut after what went.
+    fn body_failed(&mut self, error: &crate::body::BoxError) {
+        debug!(error = %crate::error::error_chain(&**error), "response body failed; cutting the response");
+        self.cut = true;
+        self.body = None;
     }
 
     /// A file or spliced body (`what`) is done: whole, or cut for the reason given.
