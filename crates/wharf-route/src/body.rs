@@ -58,18 +58,10 @@ impl Body for RelayBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
-        let polled = this.body.as_mut().poll_frame(cx);
-        // hyper stops polling a body that says it has ended: the lease ends
-        // with the last frame, not with a `None` that may never be asked for.
-        let ended = match &polled {
-            Poll::Ready(None | Some(Err(_))) => true,
-            Poll::Ready(Some(Ok(_))) => this.body.is_end_stream(),
-            Poll::Pending => false,
-        };
-        if ended {
-            this.lease.take();
-        }
-        polled.map(|frame| frame.map(|frame| frame.map_err(|error| Box::new(error) as BoxError)))
+        let polled = ready!(this.body.as_mut().poll_frame(cx));
+        let stopped = !matches!(polled, Some(Ok(_)));
+        release_at_end(this.lease, &this.body, stopped);
+        Poll::Ready(polled.map(|frame| frame.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -94,10 +86,17 @@ impl SpliceBody for RelayBody {
     ) -> Poll<Result<usize, BoxError>> {
         let mut this = self.project();
         let moved = ready!(this.body.as_mut().get_mut().poll_splice_to(cx, pipe, max));
-        // As with frames: the lease ends with the body's last byte or its error.
-        if !matches!(moved, Ok(moved) if moved > 0) || this.body.is_end_stream() {
-            this.lease.take();
-        }
-        Poll::Ready(moved.map_err(|error| Box::new(error) as BoxError))
+        let stopped = !matches!(moved, Ok(moved) if moved > 0);
+        release_at_end(this.lease, &this.body, stopped);
+        Poll::Ready(moved.map_err(Into::into))
+    }
+}
+
+/// Ends the lease when the body has: it failed or had nothing more (`stopped`), or it says it
+/// is complete. hyper stops polling a body that says it has ended, so the lease ends with the
+/// last frame or spliced byte, not with a `None` or a 0 that may never be asked for.
+fn release_at_end(lease: &mut Option<Lease>, body: &UpstreamBody, stopped: bool) {
+    if stopped || body.is_end_stream() {
+        lease.take();
     }
 }
