@@ -71,6 +71,9 @@ pub enum BenchError {
         #[source]
         source: io::Error,
     },
+    /// The load client's threads (or their runtimes) could not be started.
+    #[error("cannot start the load client's threads")]
+    ClientThreads(#[source] io::Error),
     /// The SVG plots could not be drawn.
     #[error("cannot draw a plot: {0}")]
     Plot(String),

@@ -9,6 +9,14 @@
 //! window closes are abandoned. Each worker keeps its own histogram; they are merged at the
 //! end, so workers share nothing while measuring.
 //!
+//! The workers run on client threads of their own, one per CPU the client may use (at most one
+//! per worker), each a one-thread runtime that owns its share of the connections, as wrk's
+//! threads do: a connection's calls stay on the thread that opened it. (On the work-stealing
+//! runtime a connection's task moved between the client's threads, so each client thread
+//! drove connections of every core of a gateway that keeps a connection on one core, and one
+//! core preempted behind a busy client thread waited a whole scheduler tick: issue 4's
+//! shared cache-hit tail, bench/RESULTS.md stop 27.)
+//!
 //! With the target's server processes known (`Target::server_pids`), their CPU time over
 //! the window is reported too: `server_cpu_us_per_call` (per successful call) and
 //! `server_cores` (cores kept busy on average).
@@ -115,6 +123,47 @@ async fn worker(
     out
 }
 
+/// How many client threads carry `concurrency` workers: one per CPU this process may run on
+/// (its affinity: under `taskset -c 0`, one), and no more than there are workers.
+fn client_threads(concurrency: u32) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    cpus.min(concurrency as usize).max(1)
+}
+
+/// One client thread: its workers (one per first call number) as tasks of a one-thread
+/// runtime, until `end`. A worker that panicked is `None` (its calls are counted lost).
+fn client_thread(
+    endpoint: Arc<Endpoint>,
+    first_numbers: Vec<u64>,
+    timeout: Duration,
+    measure_from: Instant,
+    end: Instant,
+) -> Result<Vec<Option<Worker>>, BenchError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(BenchError::ClientThreads)?;
+    Ok(runtime.block_on(async move {
+        let tasks: Vec<_> = first_numbers
+            .into_iter()
+            .map(|first_n| {
+                tokio::spawn(worker(
+                    Arc::clone(&endpoint),
+                    first_n,
+                    timeout,
+                    measure_from,
+                    end,
+                ))
+            })
+            .collect();
+        let mut workers = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            workers.push(task.await.ok());
+        }
+        workers
+    }))
+}
+
 /// One round: warm-up, then the measured window.
 pub(crate) async fn round(
     config: &ThroughputConfig,
@@ -126,17 +175,28 @@ pub(crate) async fn round(
     let end = measure_from + config.duration;
     // Far apart call numbers per worker, for `{n}` templates.
     let stride = 1u64 << 40;
-    let workers: Vec<_> = (0..u64::from(config.concurrency))
-        .map(|i| {
-            tokio::spawn(worker(
-                Arc::clone(&target.main),
-                i * stride,
-                ctx.timeout,
-                measure_from,
-                end,
-            ))
-        })
-        .collect();
+    let threads = client_threads(config.concurrency);
+    let mut finished = Vec::with_capacity(threads);
+    for thread in 0..threads {
+        // Worker i runs on thread i % threads: the connections are dealt out evenly.
+        let first_numbers: Vec<u64> = (0..u64::from(config.concurrency))
+            .filter(|i| i % threads as u64 == thread as u64)
+            .map(|i| i * stride)
+            .collect();
+        let worker_count = first_numbers.len();
+        let endpoint = Arc::clone(&target.main);
+        let timeout = ctx.timeout;
+        let (done, finishing) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name(format!("bench-client-{thread}"))
+            .spawn(move || {
+                let workers = client_thread(endpoint, first_numbers, timeout, measure_from, end);
+                // The receiver is gone only if the round was abandoned.
+                let _ = done.send(workers);
+            })
+            .map_err(BenchError::ClientThreads)?;
+        finished.push((finishing, worker_count));
+    }
     let progress: &Progress = &ctx.progress;
     let mut server_cpu = None;
     if !target.server_pids.is_empty() {
@@ -159,14 +219,20 @@ pub(crate) async fn round(
     });
     let mut class = ClassRound::new("requests");
     let mut warmup_errors = ErrorCounts::default();
-    for task in workers {
-        match task.await {
-            Ok(w) => {
-                class.latencies.merge(&w.class.latencies);
-                class.errors.add(&w.class.errors);
-                warmup_errors.add(&w.warmup_errors);
+    for (thread, worker_count) in finished {
+        // A thread that ended without its workers' results panicked: their calls are lost.
+        let workers = thread
+            .await
+            .unwrap_or_else(|_| Ok((0..worker_count).map(|_| None).collect()))?;
+        for w in workers {
+            match w {
+                Some(w) => {
+                    class.latencies.merge(&w.class.latencies);
+                    class.errors.add(&w.class.errors);
+                    warmup_errors.add(&w.warmup_errors);
+                }
+                None => class.errors.record(&CallError::Lost),
             }
-            Err(_) => class.errors.record(&CallError::Lost),
         }
     }
     let mut round = Round::default();
