@@ -39,6 +39,14 @@ pub struct ServerConfig {
     /// cut. Default 30s; 0 cuts them at once. The process exits 0 either way and logs how many
     /// calls were cut.
     pub shutdown_timeout: Duration,
+    /// `cpu_steering`: each core of the data plane takes the new connections whose SYN the
+    /// kernel handled on "its" CPU (`SO_INCOMING_CPU` on the core's listener; Linux 6.2 or
+    /// later steers reliably), instead of the kernel's hash of the address pair. Default false.
+    /// A client thread then talks to one core, as with loopback or sidecar clients whose
+    /// threads each keep their connections. When the connections come in over few CPUs (a
+    /// NIC with one queue), a core that takes far more than its share stops steering and
+    /// logs a warning: the hash spreads the rest.
+    pub cpu_steering: bool,
     /// `tls_cert` and `tls_key`: when both are set, `listen` speaks TLS (ALPN h2 and
     /// http/1.1) with this PEM certificate chain and key. Default: plain TCP. Setting one
     /// without the other is an error; files must exist when the config is checked.

@@ -52,6 +52,7 @@ pub(crate) struct RawServer {
     pub(crate) max_header_bytes: Option<Spanned<RawSize>>,
     pub(crate) idle_timeout: Option<Spanned<RawDuration>>,
     pub(crate) shutdown_timeout: Option<Spanned<RawDuration>>,
+    pub(crate) cpu_steering: Option<Spanned<bool>>,
     pub(crate) tls_cert: Option<Spanned<String>>,
     pub(crate) tls_key: Option<Spanned<String>>,
     pub(crate) listen_unix: Option<Spanned<String>>,

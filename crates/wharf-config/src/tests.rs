@@ -98,6 +98,7 @@ fn defaults_filled() {
     assert_eq!(server.max_header_bytes, 64 * 1024);
     assert_eq!(server.idle_timeout, Duration::from_secs(60));
     assert_eq!(server.shutdown_timeout, Duration::from_secs(30));
+    assert!(!server.cpu_steering);
 
     let config = ok(&format!(
         "{MINIMAL_ROUTE}\n[services.p]\ntype = \"proxy\"\npath = \"/p\"\n"
@@ -146,6 +147,7 @@ listen = "0.0.0.0:80"
 admin_listen = "[::1]:9000"
 max_connections = 50
 max_header_bytes = 16384
+cpu_steering = true
 
 [services.orders]
 type = "route"
@@ -179,6 +181,7 @@ strategy = "round_robin"
     );
     assert_eq!(config.server.max_connections, 50);
     assert_eq!(config.server.max_header_bytes, 16384);
+    assert!(config.server.cpu_steering);
 
     let service = config.service("orders").expect("orders");
     assert_eq!(service.type_name(), "route");
@@ -340,6 +343,11 @@ fn wrong_toml_type() {
     let p = problem("[server]\nidle_timeout = 60\n");
     assert!(
         p.starts_with("wharf.toml:2: server.idle_timeout: expected a duration string"),
+        "{p}"
+    );
+    let p = problem("[server]\ncpu_steering = 1\n");
+    assert!(
+        p.starts_with("wharf.toml:2: server.cpu_steering: expected a boolean"),
         "{p}"
     );
     let p = problem(&format!("{MINIMAL_ROUTE}strip_prefix = \"yes\"\n"));

@@ -41,6 +41,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::warn;
 
 use crate::server::{bind_tcp, Acceptor};
+use crate::steering::{self, Balance, CoreBalance};
 
 /// Blocking-pool threads of a core are kept this long when idle (as the main runtime's,
 /// `src/main.rs`): a call after an idle gap finds one ready (seed 001).
@@ -74,6 +75,8 @@ impl Prepared {
 /// What a prepared core is started with.
 struct Start {
     listener: TcpListener,
+    /// With `server.cpu_steering`: the core's watch on its share of new connections.
+    steering: Option<CoreBalance>,
     acceptor: Arc<Acceptor>,
     accepting: watch::Receiver<bool>,
     released: watch::Receiver<bool>,
@@ -89,13 +92,16 @@ pub(crate) fn prepare(count: usize) -> Vec<Prepared> {
 }
 
 /// Starts the `prepared` cores accepting from `listener` until `accepting` turns true; each
-/// then serves its sessions until `released` turns true (after the host's drain). A core
+/// then serves its sessions until `released` turns true (after the host's drain). With
+/// `cpu_steering`, each core's listener takes the connections whose SYN came in on its CPU
+/// (see `steering`); the listener's socket is shared with the host's. A core
 /// whose listener cannot be made is logged and left out: the caller accepts on the host's
 /// listener itself when the first core is not started ([`on_host_listener`]).
 pub(crate) fn start(
     prepared: Vec<Prepared>,
     listener: &TcpListener,
     backlog: u32,
+    cpu_steering: bool,
     acceptor: &Arc<Acceptor>,
     accepting: &watch::Receiver<bool>,
     released: &watch::Receiver<bool>,
@@ -107,6 +113,14 @@ pub(crate) fn start(
             return Vec::new();
         }
     };
+    let steering = cpu_steering.then(|| {
+        let cores = prepared
+            .iter()
+            .map(|core| core.index + 1)
+            .max()
+            .unwrap_or(0);
+        (steering::cpus_for(cores), Balance::new(cores))
+    });
     prepared
         .into_iter()
         .filter_map(|core| {
@@ -128,9 +142,20 @@ pub(crate) fn start(
                     return None;
                 }
             };
+            let steering = steering.as_ref().and_then(|(cpus, balance)| {
+                let cpu = cpus.get(core.index).copied().flatten()?;
+                match steering::steer(&listener, cpu) {
+                    Ok(()) => Some(balance.core(core.index)),
+                    Err(error) => {
+                        warn!(core = core.index, cpu, error = %error, "cannot steer connections by CPU (server.cpu_steering); the kernel's hash spreads them");
+                        None
+                    }
+                }
+            });
             let (stopped_accepting, not_accepting) = watch::channel(false);
             let start = Start {
                 listener,
+                steering,
                 acceptor: acceptor.clone(),
                 accepting: accepting.clone(),
                 released: released.clone(),
@@ -225,6 +250,7 @@ fn spawn(index: usize) -> std::io::Result<Prepared> {
                 // Never started (the host was dropped before it ran): nothing to serve.
                 let Ok(Start {
                     listener,
+                    mut steering,
                     acceptor,
                     mut accepting,
                     mut released,
@@ -241,8 +267,20 @@ fn spawn(index: usize) -> std::io::Result<Prepared> {
                     let stop = async {
                         let _ = accepting.wait_for(|stop| *stop).await;
                     };
+                    let on_tcp_accept = || {
+                        let Some(balance) = &mut steering else {
+                            return;
+                        };
+                        if balance.accepted() {
+                            steering = None;
+                            match steering::stop_steering(&listener) {
+                                Ok(()) => warn!(core = index, "this core took more than 1.5 x its share of new connections (they arrive on few CPUs): it stops steering by CPU (server.cpu_steering), the kernel's hash spreads them"),
+                                Err(error) => warn!(core = index, error = %error, "this core takes more than its share of new connections but cannot stop steering by CPU"),
+                            }
+                        }
+                    };
                     acceptor
-                        .accept_until(Some(&listener), std::future::pending, stop)
+                        .accept_until(Some(&listener), std::future::pending, stop, on_tcp_accept)
                         .await;
                     drop(listener);
                     let _ = stopped_accepting.send(true);

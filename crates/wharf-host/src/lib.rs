@@ -33,6 +33,7 @@ pub mod service;
 pub mod services;
 mod session;
 mod stack;
+mod steering;
 pub mod tls;
 pub mod warm_up;
 

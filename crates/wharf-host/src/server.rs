@@ -364,6 +364,7 @@ impl Host {
             prepared,
             &listener,
             service_backlog(&server),
+            server.cpu_steering,
             &acceptor,
             &accepting,
             &cores_released,
@@ -374,7 +375,12 @@ impl Host {
         // arrived for that core. The core's copy keeps the socket open until it stops.
         let listener = (!cores::on_host_listener(&cores)).then_some(listener);
         acceptor
-            .accept_until(listener.as_ref(), || accept_unix(unix.as_ref()), shutdown)
+            .accept_until(
+                listener.as_ref(),
+                || accept_unix(unix.as_ref()),
+                shutdown,
+                || {},
+            )
             .await;
         let _ = stop_accepting.send(true);
         cores::wait_until_not_accepting(&cores).await;
@@ -426,12 +432,14 @@ pub(crate) struct Acceptor {
 }
 
 impl Acceptor {
-    /// Accepts connections (from `listener`, and from what `unix` gives) until `stop`.
+    /// Accepts connections (from `listener`, and from what `unix` gives) until `stop`, calling
+    /// `on_tcp_accept` after each TCP connection is taken (a core's steering watch).
     pub(crate) async fn accept_until<U>(
         &self,
         listener: Option<&TcpListener>,
         unix: impl Fn() -> U,
         stop: impl Future<Output = ()>,
+        mut on_tcp_accept: impl FnMut(),
     ) where
         U: Future<Output = std::io::Result<UnixStream>>,
     {
@@ -439,7 +447,7 @@ impl Acceptor {
         loop {
             tokio::select! {
                 () = &mut stop => break,
-                () = self.accept_one(listener, unix()) => {}
+                tcp = self.accept_one(listener, unix()) => if tcp { on_tcp_accept() },
             }
         }
     }
@@ -454,7 +462,7 @@ impl Acceptor {
         &self,
         listener: Option<&TcpListener>,
         unix: impl Future<Output = std::io::Result<UnixStream>>,
-    ) {
+    ) -> bool {
         let tcp = async {
             match listener {
                 Some(listener) => listener.accept().await,
@@ -471,9 +479,10 @@ impl Acceptor {
                 // EMFILE and friends: back off briefly instead of spinning.
                 warn!(error = %error, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                return;
+                return false;
             }
         };
+        let tcp = matches!(accepted, Accepted::Tcp(..));
         let Ok(slot) = self.slots.clone().acquire_owned().await else {
             return std::future::pending().await; // the semaphore is never closed
         };
@@ -494,6 +503,7 @@ impl Acceptor {
             }
             Accepted::Unix(stream) => spawn_plain(parts, stream, None, held),
         }
+        tcp
     }
 }
 

@@ -145,6 +145,7 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         defaults::SHUTDOWN_TIMEOUT,
         "0s",
     );
+    let cpu_steering = raw.cpu_steering.as_ref().is_some_and(|v| *v.get_ref());
     let tls = tls(c, raw);
     let listen_unix = raw.listen_unix.as_ref().and_then(|path| {
         let value = path.get_ref();
@@ -184,5 +185,6 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
         idle_timeout,
         shutdown_timeout,
+        cpu_steering,
     }
 }
