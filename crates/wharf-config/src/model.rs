@@ -44,8 +44,9 @@ pub struct ServerConfig {
     /// later steers reliably), instead of the kernel's hash of the address pair. Default false.
     /// A client thread then talks to one core, as with loopback or sidecar clients whose
     /// threads each keep their connections. When the connections come in over few CPUs (a
-    /// NIC with one queue), a core that takes far more than its share stops steering and
-    /// logs a warning: the hash spreads the rest.
+    /// NIC with one queue), a core that holds more than 1.5 x its share of the open sessions
+    /// (32 or more) at three checks a second apart stops steering and logs a warning: the
+    /// hash spreads the new ones.
     pub cpu_steering: bool,
     /// `tls_cert` and `tls_key`: when both are set, `listen` speaks TLS (ALPN h2 and
     /// http/1.1) with this PEM certificate chain and key. Default: plain TCP. Setting one

@@ -28,9 +28,11 @@ use crate::dispatch::{dispatch_h2, Dispatcher};
 use crate::h1::{self, Prefixed, Served, Transport};
 use crate::server::SessionGuard;
 use crate::session::{ClockedStream, SessionClock, Verdict};
+use crate::steering::OpenSession;
 
-/// What a connection holds while it is open: released when its task ends.
-pub(crate) type Held = (SessionGuard, OwnedSemaphorePermit);
+/// What a connection holds while it is open: released when its task ends. The last is its
+/// count on its core's steering balance (with `server.cpu_steering`).
+pub(crate) type Held = (SessionGuard, OwnedSemaphorePermit, Option<OpenSession>);
 
 /// The session timeouts of every connection.
 #[derive(Debug, Clone, Copy)]

@@ -75,7 +75,7 @@ impl Prepared {
 /// What a prepared core is started with.
 struct Start {
     listener: TcpListener,
-    /// With `server.cpu_steering`: the core's watch on its share of new connections.
+    /// With `server.cpu_steering`: the core's watch on its share of the open sessions.
     steering: Option<CoreBalance>,
     acceptor: Arc<Acceptor>,
     accepting: watch::Receiver<bool>,
@@ -268,16 +268,16 @@ fn spawn(index: usize) -> std::io::Result<Prepared> {
                         let _ = accepting.wait_for(|stop| *stop).await;
                     };
                     let on_tcp_accept = || {
-                        let Some(balance) = &mut steering else {
-                            return;
-                        };
-                        if balance.accepted() {
+                        let balance = steering.as_mut()?;
+                        let (open, stop) = balance.opened();
+                        if stop {
                             steering = None;
                             match steering::stop_steering(&listener) {
-                                Ok(()) => warn!(core = index, "this core took more than 1.5 x its share of new connections (they arrive on few CPUs): it stops steering by CPU (server.cpu_steering), the kernel's hash spreads them"),
-                                Err(error) => warn!(core = index, error = %error, "this core takes more than its share of new connections but cannot stop steering by CPU"),
+                                Ok(()) => warn!(core = index, "this core has held more than 1.5 x its share of the open sessions for 3 s (new connections arrive on few CPUs): it stops steering by CPU (server.cpu_steering), the kernel's hash spreads the new ones"),
+                                Err(error) => warn!(core = index, error = %error, "this core holds more than its share of the open sessions but cannot stop steering by CPU"),
                             }
                         }
+                        Some(open)
                     };
                     acceptor
                         .accept_until(Some(&listener), std::future::pending, stop, on_tcp_accept)

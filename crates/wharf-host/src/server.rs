@@ -27,6 +27,7 @@ use crate::fd_budget;
 use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
+use crate::steering::OpenSession;
 use crate::tls::{self, TlsError, TlsFiles};
 use crate::warm_up::{WarmUp, WarmUpReport};
 
@@ -379,7 +380,7 @@ impl Host {
                 listener.as_ref(),
                 || accept_unix(unix.as_ref()),
                 shutdown,
-                || {},
+                || None,
             )
             .await;
         let _ = stop_accepting.send(true);
@@ -433,13 +434,14 @@ pub(crate) struct Acceptor {
 
 impl Acceptor {
     /// Accepts connections (from `listener`, and from what `unix` gives) until `stop`, calling
-    /// `on_tcp_accept` after each TCP connection is taken (a core's steering watch).
+    /// `on_tcp_accept` for each TCP connection taken (a core's steering watch): what it
+    /// returns is held by the session until it ends.
     pub(crate) async fn accept_until<U>(
         &self,
         listener: Option<&TcpListener>,
         unix: impl Fn() -> U,
         stop: impl Future<Output = ()>,
-        mut on_tcp_accept: impl FnMut(),
+        mut on_tcp_accept: impl FnMut() -> Option<OpenSession>,
     ) where
         U: Future<Output = std::io::Result<UnixStream>>,
     {
@@ -447,7 +449,7 @@ impl Acceptor {
         loop {
             tokio::select! {
                 () = &mut stop => break,
-                tcp = self.accept_one(listener, unix()) => if tcp { on_tcp_accept() },
+                () = self.accept_one(listener, unix(), &mut on_tcp_accept) => {}
             }
         }
     }
@@ -462,7 +464,8 @@ impl Acceptor {
         &self,
         listener: Option<&TcpListener>,
         unix: impl Future<Output = std::io::Result<UnixStream>>,
-    ) -> bool {
+        on_tcp_accept: &mut impl FnMut() -> Option<OpenSession>,
+    ) {
         let tcp = async {
             match listener {
                 Some(listener) => listener.accept().await,
@@ -479,14 +482,17 @@ impl Acceptor {
                 // EMFILE and friends: back off briefly instead of spinning.
                 warn!(error = %error, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                return false;
+                return;
             }
         };
-        let tcp = matches!(accepted, Accepted::Tcp(..));
+        let on_core = match accepted {
+            Accepted::Tcp(..) => on_tcp_accept(),
+            Accepted::Unix(_) => None,
+        };
         let Ok(slot) = self.slots.clone().acquire_owned().await else {
             return std::future::pending().await; // the semaphore is never closed
         };
-        let held: Held = (self.sessions.opened(), slot);
+        let held: Held = (self.sessions.opened(), slot, on_core);
         let parts = self.parts.clone();
         match accepted {
             Accepted::Tcp(stream, peer) => {
@@ -503,7 +509,6 @@ impl Acceptor {
             }
             Accepted::Unix(stream) => spawn_plain(parts, stream, None, held),
         }
-        tcp
     }
 }
 

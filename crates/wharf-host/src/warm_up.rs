@@ -269,7 +269,7 @@ async fn one_call(
         .acquire_owned()
         .await
         .map_err(std::io::Error::other)?;
-    let held = (sessions.opened(), slot);
+    let held = (sessions.opened(), slot, None);
     match home {
         Some(handle) => {
             // The socket moves to the core's own epoll, and the session is spawned there.

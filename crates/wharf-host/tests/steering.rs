@@ -1,12 +1,13 @@
 //! `server.cpu_steering` end to end: a core takes the connections whose SYN came in on its
-//! CPU (over loopback, the CPU of the thread that connects), and a core that takes far more
-//! than its share stops steering so the kernel's hash spreads the rest. The core that served
+//! CPU (over loopback, the CPU of the thread that connects), and a core that keeps holding far
+//! more than its share of the open sessions stops steering so the kernel's hash spreads the
+//! new ones. The core that served
 //! a call is read from the name of the thread its handler ran on (`wharf-core-N`).
 #![allow(clippy::unwrap_used)]
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_host::body::full;
@@ -49,6 +50,13 @@ async fn host(cpu_steering: bool) -> (SocketAddr, tokio::sync::oneshot::Sender<(
     (addr, stop)
 }
 
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) {
+    let mut only = rustix::thread::CpuSet::new();
+    only.set(cpu);
+    rustix::thread::sched_setaffinity(None, &only).unwrap();
+}
+
 /// The CPUs this process may run on.
 fn allowed_cpus() -> Vec<usize> {
     let set = rustix::thread::sched_getaffinity(None).unwrap();
@@ -61,12 +69,10 @@ fn allowed_cpus() -> Vec<usize> {
 /// the core that served each.
 async fn cores_seen_from(addr: SocketAddr, cpu: usize, count: usize) -> Vec<String> {
     tokio::task::spawn_blocking(move || {
-        let mut only = rustix::thread::CpuSet::new();
-        only.set(cpu);
-        rustix::thread::sched_setaffinity(None, &only).unwrap();
+        pin_to(cpu);
         (0..count)
             .map(|_| {
-                let mut stream = std::net::TcpStream::connect(addr).unwrap();
+                let mut stream = TcpStream::connect(addr).unwrap();
                 stream.set_read_timeout(Some(LIMIT)).unwrap();
                 stream
                     .write_all(b"GET /core HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
@@ -104,24 +110,69 @@ async fn each_core_takes_the_connections_of_its_cpu() {
     }
 }
 
+/// From a thread pinned to `cpu`: `count` keep-alive connections with one call each, left
+/// open; the core that served each.
+async fn open_from(addr: SocketAddr, cpu: usize, count: usize) -> (Vec<String>, Vec<TcpStream>) {
+    tokio::task::spawn_blocking(move || {
+        pin_to(cpu);
+        (0..count)
+            .map(|_| {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream.set_read_timeout(Some(LIMIT)).unwrap();
+                stream
+                    .write_all(b"GET /core HTTP/1.1\r\nhost: a\r\n\r\n")
+                    .unwrap();
+                // The body is a thread name: "wharf-core-N" (N < 10 here).
+                let mut response = Vec::new();
+                while !response.ends_with(b"\r\n\r\nwharf-core-0")
+                    && !response.ends_with(b"\r\n\r\nwharf-core-1")
+                {
+                    let mut chunk = [0u8; 512];
+                    let n = stream.read(&mut chunk).unwrap();
+                    assert!(n > 0, "closed: {}", String::from_utf8_lossy(&response));
+                    response.extend_from_slice(&chunk[..n]);
+                }
+                let name = String::from_utf8_lossy(&response[response.len() - 12..]).into_owned();
+                (name, stream)
+            })
+            .unzip()
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_core_taking_every_connection_stops_steering() {
+async fn a_core_holding_most_sessions_stops_steering() {
     let cpus = allowed_cpus();
     if cpus.len() < 2 {
         eprintln!("one CPU only ({cpus:?}): nothing to steer between");
         return;
     }
     let (addr, _stop) = host(true).await;
-    // The balance's window is 256 connections: all of them come to core 0 while it steers.
-    let first = cores_seen_from(addr, cpus[0], 256).await;
+    // 40 open sessions, all on core 0: over the guard's 32 and its 1.5 x share.
+    let (first, _open) = open_from(addr, cpus[0], 40).await;
     assert!(
         first.iter().all(|name| name == "wharf-core-0"),
         "while steering: {first:?}"
     );
-    // Then the hash spreads connections from the same CPU over both cores.
-    let after = cores_seen_from(addr, cpus[0], 64).await;
+    // The guard checks at most once a second and acts at the third check in a row that
+    // finds core 0 over its share; from then on the hash spreads connections from CPU 0.
+    let started = Instant::now();
+    loop {
+        let seen = cores_seen_from(addr, cpus[0], 1).await;
+        if seen.iter().any(|name| name == "wharf-core-1") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "core 0 still takes every connection from CPU {} after 15 s",
+            cpus[0]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
-        after.iter().any(|name| name == "wharf-core-1"),
-        "after the guard: {after:?}"
+        started.elapsed() >= Duration::from_secs(2),
+        "steering stopped after {:?}, before three checks a second apart",
+        started.elapsed()
     );
 }
