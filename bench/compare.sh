@@ -1050,7 +1050,7 @@ w(f"""## Machine and versions
 | wharf | git `{M['wharf_rev']}` + {M['wharf_dirty']} modified tracked files, `{M['wharf_version']}`, release build, sha256 `{M['wharf_sha']}…`; tokio workers: {M['wharf_workers_shared']} shared, {M['wharf_workers_pinned']} pinned (counted from thread names) |
 | nginx | {M['nginx_version']} (Debian), worker_connections {M['nginx_worker_connections']}, cache on {M['cache_dir']} |
 | HAProxy | {M['haproxy_version']} (Debian), maxconn {M['haproxy_maxconn']} (= (open files − 200 − 2 × maxpipes {M['haproxy_maxpipes']}) / 2) |
-| load generator | `wharf bench` (same binary), closed loop, HTTP/1.1 |
+| load generator | `wharf bench` (same binary), closed loop, HTTP/1.1; throughput: one client thread per CPU it may use, each owning its connections (as wrk's threads) |
 | settings | throughput {M['tp_rounds']} round(s) × {M['tp_duration']} after {M['tp_warmup']} warm-up; responsiveness {M['resp_rounds']} round(s); burst {M['burst_rounds']}; cold start {M['cold_runs']} runs; first call {M['first_rounds']} rounds; idle gaps {M['idle_gaps']} |
 """)
 
