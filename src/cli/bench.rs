@@ -181,6 +181,8 @@ pub(crate) enum ScenarioArgs {
         poll: Duration,
     },
     /// Closed loop at fixed concurrency on keep-alive connections: requests/s and latency.
+    /// The connections are dealt out to one client thread per CPU this process may use, each
+    /// keeping its own (as wrk's threads do).
     Throughput {
         /// The URL to call.
         #[arg(long)]
