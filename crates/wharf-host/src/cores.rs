@@ -273,7 +273,7 @@ fn spawn(index: usize) -> std::io::Result<Prepared> {
                         if stop {
                             steering = None;
                             match steering::stop_steering(&listener) {
-                                Ok(()) => warn!(core = index, "this core has held more than 1.5 x its share of the open sessions for 3 s (new connections arrive on few CPUs): it stops steering by CPU (server.cpu_steering), the kernel's hash spreads the new ones"),
+                                Ok(()) => warn!(core = index, "this core held more than 1.5 x its share of the open sessions at three checks a second or more apart (new connections arrive on few CPUs): it stops steering by CPU (server.cpu_steering), the kernel's hash spreads the new ones"),
                                 Err(error) => warn!(core = index, error = %error, "this core holds more than its share of the open sessions but cannot stop steering by CPU"),
                             }
                         }
