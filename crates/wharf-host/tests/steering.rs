@@ -65,40 +65,27 @@ fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
-/// From a thread pinned to `cpu`: `count` connections, one after another, one call each;
-/// the core that served each.
+/// From a thread pinned to `cpu`: `count` connections, one after another, one call each,
+/// closed after it; the core that served each.
 async fn cores_seen_from(addr: SocketAddr, cpu: usize, count: usize) -> Vec<String> {
-    tokio::task::spawn_blocking(move || {
-        pin_to(cpu);
-        (0..count)
-            .map(|_| {
-                let mut stream = TcpStream::connect(addr).unwrap();
-                stream.set_read_timeout(Some(LIMIT)).unwrap();
-                stream
-                    .write_all(b"GET /core HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
-                    .unwrap();
-                let mut response = String::new();
-                stream.read_to_string(&mut response).unwrap();
-                assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-                response
-                    .rsplit("\r\n\r\n")
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned()
-            })
-            .collect()
-    })
-    .await
-    .unwrap()
+    open_from(addr, cpu, count).await.0
+}
+
+/// The CPUs to steer between, or `None` (and a note) on a machine with one.
+fn two_cpus() -> Option<Vec<usize>> {
+    let cpus = allowed_cpus();
+    if cpus.len() < 2 {
+        eprintln!("one CPU only ({cpus:?}): nothing to steer between");
+        return None;
+    }
+    Some(cpus)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_core_takes_the_connections_of_its_cpu() {
-    let cpus = allowed_cpus();
-    if cpus.len() < 2 {
-        eprintln!("one CPU only ({cpus:?}): nothing to steer between");
+    let Some(cpus) = two_cpus() else {
         return;
-    }
+    };
     let (addr, _stop) = host(true).await;
     for (core, &cpu) in cpus.iter().take(2).enumerate() {
         let seen = cores_seen_from(addr, cpu, 16).await;
@@ -143,11 +130,9 @@ async fn open_from(addr: SocketAddr, cpu: usize, count: usize) -> (Vec<String>, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_core_holding_most_sessions_stops_steering() {
-    let cpus = allowed_cpus();
-    if cpus.len() < 2 {
-        eprintln!("one CPU only ({cpus:?}): nothing to steer between");
+    let Some(cpus) = two_cpus() else {
         return;
-    }
+    };
     let (addr, _stop) = host(true).await;
     // 40 open sessions, all on core 0: over the guard's 32 and its 1.5 x share.
     let (first, _open) = open_from(addr, cpus[0], 40).await;
