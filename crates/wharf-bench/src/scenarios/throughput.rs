@@ -130,6 +130,19 @@ fn client_threads(concurrency: u32) -> usize {
     cpus.min(concurrency as usize).max(1)
 }
 
+/// The first call number of each worker, dealt out to `threads` client threads: worker *i*
+/// (first number *i* × 2^40, far apart for `{n}` templates) runs on thread *i* mod
+/// `threads`, so the threads' shares differ by one at most.
+fn deal(concurrency: u32, threads: usize) -> Vec<Vec<u64>> {
+    let stride = 1u64 << 40;
+    let threads = threads.max(1);
+    let mut dealt = vec![Vec::new(); threads];
+    for (i, share) in (0..u64::from(concurrency)).zip((0..threads).cycle()) {
+        dealt[share].push(i * stride);
+    }
+    dealt
+}
+
 /// One client thread: its workers (one per first call number) as tasks of a one-thread
 /// runtime, until `end`. A worker that panicked is `None` (its calls are counted lost).
 fn client_thread(
@@ -174,15 +187,9 @@ pub(crate) async fn round(
     let measure_from = start + config.warmup;
     let end = measure_from + config.duration;
     // Far apart call numbers per worker, for `{n}` templates.
-    let stride = 1u64 << 40;
-    let threads = client_threads(config.concurrency);
-    let mut finished = Vec::with_capacity(threads);
-    for thread in 0..threads {
-        // Worker i runs on thread i % threads: the connections are dealt out evenly.
-        let first_numbers: Vec<u64> = (0..u64::from(config.concurrency))
-            .filter(|i| i % threads as u64 == thread as u64)
-            .map(|i| i * stride)
-            .collect();
+    let dealt = deal(config.concurrency, client_threads(config.concurrency));
+    let mut finished = Vec::with_capacity(dealt.len());
+    for (thread, first_numbers) in dealt.into_iter().enumerate() {
         let worker_count = first_numbers.len();
         let endpoint = Arc::clone(&target.main);
         let timeout = ctx.timeout;
@@ -266,4 +273,35 @@ pub(crate) async fn round(
         round.metric("server_cores", cores, Unit::Ratio, Better::Lower);
     }
     Ok(round)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_are_dealt_out_evenly_with_distinct_numbers() {
+        let dealt = deal(5, 2);
+        let stride = 1u64 << 40;
+        assert_eq!(
+            dealt,
+            vec![vec![0, 2 * stride, 4 * stride], vec![stride, 3 * stride]]
+        );
+        let dealt = deal(64, 3);
+        let sizes: Vec<usize> = dealt.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![22, 21, 21]);
+        let mut all: Vec<u64> = dealt.into_iter().flatten().collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 64);
+        // No thread count is never a division by zero: one thread takes all.
+        assert_eq!(deal(3, 0), vec![vec![0, stride, 2 * stride]]);
+    }
+
+    #[test]
+    fn client_threads_never_outnumber_workers() {
+        assert_eq!(client_threads(1), 1);
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(client_threads(1000), cpus.min(1000));
+    }
 }
