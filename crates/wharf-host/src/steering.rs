@@ -13,14 +13,17 @@
 //! queues than cores the steered cores would take every connection: [`Balance`] watches for
 //! that, by the sessions each core holds open, checked at most once a second and only acted
 //! on when three checks in a row agree (a burst from one client thread is over by then; the
-//! lab's burst scenario opens 2,000 connections at once).
+//! lab's burst scenario opens 2,000 connections at once). A burst has a watch of its own: a
+//! core whose accepts outrun the others' by [`BURST_EXCESS`] within [`BURST_WINDOW`] pauses
+//! its steering for [`BURST_PAUSE`] (with steering alone, one of the lab's bursts put all its
+//! 2,008 connections on one core of two).
 //!
 //! Main items: [`cpus_for`], [`steer`], [`stop_steering`], [`Balance`], [`CoreBalance`],
-//! [`OpenSession`].
+//! [`Steer`], [`OpenSession`].
 
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,32 @@ const MIN_SESSIONS: usize = 32;
 /// A core is over its share when it holds more than this many times its fair share
 /// (1 / cores) of the open sessions.
 const MAX_SHARE_FACTOR: usize = 3; // over 2: 1.5 x
+
+/// A burst: a core whose accepts outrun the others' (on average) by this many within
+/// [`BURST_WINDOW`] pauses its steering. A 64-connection round of a client with two threads
+/// puts 32 on each core; a burst of thousands from one client thread's CPU gets past it
+/// within milliseconds (issue 4's burst scenario: 2,008 connections on one core of two).
+const BURST_EXCESS: i64 = 64;
+
+/// The span over which a burst's excess is counted; a core's accepts start a new one when the
+/// last is this old.
+const BURST_WINDOW: Duration = Duration::from_millis(10);
+
+/// How long a core's steering pauses after a burst: the SYNs of its CPU go by the hash.
+const BURST_PAUSE: Duration = Duration::from_secs(1);
+
+/// What a core does with its listener after an accept ([`CoreBalance::opened`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Steer {
+    /// Nothing changes.
+    Keep,
+    /// A burst: stop steering for [`BURST_PAUSE`].
+    Pause,
+    /// The pause is over: steer again.
+    Resume,
+    /// The open sessions stayed uneven: stop steering for good.
+    Stop,
+}
 
 /// The CPU core `index` steers for, one per core: the `index`-th CPU this process may run on
 /// (its affinity mask, so `taskset -c 2,3` gives CPUs 2 and 3). A core beyond the mask's CPUs
@@ -74,12 +103,16 @@ pub(crate) fn stop_steering(listener: impl AsFd) -> io::Result<()> {
     rustix::net::sockopt::set_socket_incoming_cpu(listener, u32::MAX).map_err(io::Error::from)
 }
 
-/// The sessions each steering core holds open, shared by the cores.
+/// The sessions each steering core holds open and the connections it accepted, shared by
+/// the cores.
 #[derive(Debug)]
 pub(crate) struct Balance {
     /// Per core index: sessions open. Each core adds its own (and its sessions' ends
     /// subtract, on any thread); a checking core reads all.
     open: Box<[AtomicUsize]>,
+    /// Per core index: connections accepted since start. Each core adds its own and reads
+    /// the others' at each accept (the burst watch).
+    accepted: Box<[AtomicU64]>,
 }
 
 impl Balance {
@@ -87,43 +120,139 @@ impl Balance {
     pub(crate) fn new(cores: usize) -> Arc<Self> {
         Arc::new(Balance {
             open: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
+            accepted: (0..cores).map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
-    /// The watch of core `index` (below the count given to [`Balance::new`]).
-    pub(crate) fn core(self: &Arc<Self>, index: usize) -> CoreBalance {
+    /// The watch of core `index` (below the count given to [`Balance::new`]), which
+    /// steers for `cpu`.
+    pub(crate) fn core(self: &Arc<Self>, index: usize, cpu: u32) -> CoreBalance {
+        let now = Instant::now();
         CoreBalance {
             balance: Arc::clone(self),
             index,
-            last_check: Instant::now(),
+            cpu,
+            last_check: now,
             strikes: 0,
+            burst: Burst {
+                start: now,
+                mine: 0,
+                others: 0,
+            },
+            paused_until: None,
         }
+    }
+
+    /// Connections accepted by core `index`, and by all the others.
+    fn accepted(&self, index: usize) -> (u64, u64) {
+        let mut mine = 0;
+        let mut others = 0;
+        for (core, count) in self.accepted.iter().enumerate() {
+            let count = count.load(Ordering::Relaxed);
+            if core == index {
+                mine = count;
+            } else {
+                others += count;
+            }
+        }
+        (mine, others)
     }
 }
 
-/// One core's side of the [`Balance`]: counts its sessions and, at most every
-/// [`CHECK_EVERY`], checks its share of all open sessions.
+/// Where a core's current burst window started: when, and the accept counts then.
+#[derive(Debug)]
+struct Burst {
+    start: Instant,
+    mine: u64,
+    others: u64,
+}
+
+/// One core's side of the [`Balance`]: counts its sessions and accepts; watches for bursts
+/// at each accept and, at most every [`CHECK_EVERY`], checks its share of all open sessions.
 #[derive(Debug)]
 pub(crate) struct CoreBalance {
     balance: Arc<Balance>,
     index: usize,
+    /// The CPU this core steers for.
+    cpu: u32,
     last_check: Instant,
     /// Checks in a row that found this core over its share.
     strikes: u32,
+    burst: Burst,
+    /// While a burst's pause lasts: when it ends.
+    paused_until: Option<Instant>,
 }
 
 impl CoreBalance {
+    /// The CPU this core steers for.
+    pub(crate) fn cpu(&self) -> u32 {
+        self.cpu
+    }
+
     /// Counts a session this core just accepted: the guard that uncounts it when the session
-    /// ends, and whether this core should stop steering ([`STRIKES`] checks in a row found
-    /// it holding more than 1.5 x its share of at least [`MIN_SESSIONS`] open sessions).
-    pub(crate) fn opened(&mut self) -> (OpenSession, bool) {
+    /// ends, and what to do with the listener: [`Steer::Stop`] when [`STRIKES`] checks in a
+    /// row found this core holding more than 1.5 x its share of at least [`MIN_SESSIONS`]
+    /// open sessions; [`Steer::Pause`] when its accepts outran the others' by
+    /// [`BURST_EXCESS`] within [`BURST_WINDOW`]; [`Steer::Resume`] at the first accept after
+    /// a pause ended.
+    pub(crate) fn opened(&mut self) -> (OpenSession, Steer) {
         self.opened_at(Instant::now())
     }
 
-    fn opened_at(&mut self, now: Instant) -> (OpenSession, bool) {
+    fn opened_at(&mut self, now: Instant) -> (OpenSession, Steer) {
         let open = OpenSession::new(&self.balance, self.index);
+        if let Some(count) = self.balance.accepted.get(self.index) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.sessions_uneven(now) {
+            return (open, Steer::Stop);
+        }
+        (open, self.burst_watch(now))
+    }
+
+    /// The burst watch, at an accept.
+    fn burst_watch(&mut self, now: Instant) -> Steer {
+        let cores = self.balance.accepted.len();
+        if cores < 2 {
+            return Steer::Keep;
+        }
+        let (mine, others) = self.balance.accepted(self.index);
+        if let Some(until) = self.paused_until {
+            if now < until {
+                return Steer::Keep;
+            }
+            self.paused_until = None;
+            self.burst = Burst {
+                start: now,
+                mine,
+                others,
+            };
+            return Steer::Resume;
+        }
+        if now.saturating_duration_since(self.burst.start) > BURST_WINDOW {
+            // A new window, counting this accept.
+            self.burst = Burst {
+                start: now,
+                mine: mine.saturating_sub(1),
+                others,
+            };
+        }
+        let taken = mine.saturating_sub(self.burst.mine);
+        let others_each = others.saturating_sub(self.burst.others) / (cores as u64 - 1);
+        let excess = i64::try_from(taken).unwrap_or(i64::MAX)
+            - i64::try_from(others_each).unwrap_or(i64::MAX);
+        if excess >= BURST_EXCESS {
+            self.paused_until = Some(now + BURST_PAUSE);
+            return Steer::Pause;
+        }
+        Steer::Keep
+    }
+
+    /// The open-sessions check, at most every [`CHECK_EVERY`]: true at the [`STRIKES`]th
+    /// in a row that found this core over its share.
+    fn sessions_uneven(&mut self, now: Instant) -> bool {
         if now.saturating_duration_since(self.last_check) < CHECK_EVERY {
-            return (open, false);
+            return false;
         }
         self.last_check = now;
         let counts = &self.balance.open;
@@ -135,7 +264,7 @@ impl CoreBalance {
         let over = total >= MIN_SESSIONS
             && mine.saturating_mul(2 * counts.len()) > MAX_SHARE_FACTOR.saturating_mul(total);
         self.strikes = if over { self.strikes + 1 } else { 0 };
-        (open, self.strikes >= STRIKES)
+        self.strikes >= STRIKES
     }
 }
 
@@ -193,9 +322,9 @@ mod tests {
     ) -> bool {
         let mut tripped = false;
         for _ in 0..count {
-            let (session, stop) = core.opened_at(now);
+            let (session, steer) = core.opened_at(now);
             kept.push(session);
-            tripped |= stop;
+            tripped |= steer == Steer::Stop;
         }
         tripped
     }
@@ -203,7 +332,7 @@ mod tests {
     #[test]
     fn an_even_spread_keeps_steering() {
         let balance = Balance::new(2);
-        let mut cores = [balance.core(0), balance.core(1)];
+        let mut cores = [balance.core(0, 0), balance.core(1, 1)];
         let start = Instant::now();
         let mut kept = Vec::new();
         for second in 1..10 {
@@ -217,8 +346,8 @@ mod tests {
     #[test]
     fn a_core_holding_most_sessions_stops_steering_at_the_third_check() {
         let balance = Balance::new(2);
-        let mut busy = balance.core(0);
-        let mut quiet = balance.core(1);
+        let mut busy = balance.core(0, 0);
+        let mut quiet = balance.core(1, 1);
         let start = Instant::now();
         let mut kept = Vec::new();
         assert!(!open(&mut quiet, 10, start, &mut kept));
@@ -232,8 +361,8 @@ mod tests {
     #[test]
     fn sessions_that_end_are_not_counted() {
         let balance = Balance::new(2);
-        let mut busy = balance.core(0);
-        let mut quiet = balance.core(1);
+        let mut busy = balance.core(0, 0);
+        let mut quiet = balance.core(1, 1);
         let start = Instant::now();
         let mut kept = Vec::new();
         assert!(!open(&mut quiet, 20, start, &mut kept));
@@ -251,7 +380,7 @@ mod tests {
     #[test]
     fn a_lone_core_never_stops_steering() {
         let balance = Balance::new(1);
-        let mut only = balance.core(0);
+        let mut only = balance.core(0, 0);
         let start = Instant::now();
         let mut kept = Vec::new();
         for second in 1..10 {
@@ -267,7 +396,7 @@ mod tests {
     #[test]
     fn few_sessions_are_never_uneven() {
         let balance = Balance::new(2);
-        let mut busy = balance.core(0);
+        let mut busy = balance.core(0, 0);
         let start = Instant::now();
         let mut kept = Vec::new();
         assert!(!open(&mut busy, MIN_SESSIONS - 4, start, &mut kept));
@@ -275,6 +404,67 @@ mod tests {
         for second in 1..=4 {
             assert!(!open(&mut busy, 1, start + CHECK_EVERY * second, &mut kept));
         }
+    }
+
+    /// What each of `count` accepts on `core` at `now` said, other than [`Steer::Keep`].
+    fn steers(core: &mut CoreBalance, count: usize, now: Instant) -> Vec<(usize, Steer)> {
+        (1..=count)
+            .filter_map(|n| {
+                let (_session, steer) = core.opened_at(now);
+                (steer != Steer::Keep).then_some((n, steer))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_burst_on_one_core_pauses_its_steering_for_a_while() {
+        let balance = Balance::new(2);
+        let mut busy = balance.core(0, 0);
+        let _quiet = balance.core(1, 1);
+        let start = Instant::now() + BURST_WINDOW * 2;
+        // The 64th connection within the window, none on the other core: a burst.
+        assert_eq!(steers(&mut busy, 100, start), vec![(64, Steer::Pause)]);
+        // Paused: nothing changes until the pause is over, then the next accept resumes.
+        assert!(steers(&mut busy, 100, start + BURST_PAUSE / 2).is_empty());
+        assert_eq!(
+            steers(&mut busy, 1, start + BURST_PAUSE + BURST_WINDOW),
+            vec![(1, Steer::Resume)]
+        );
+    }
+
+    #[test]
+    fn even_accepts_and_paired_rounds_are_no_burst() {
+        let balance = Balance::new(2);
+        let mut cores = [balance.core(0, 0), balance.core(1, 1)];
+        let start = Instant::now() + BURST_WINDOW * 2;
+        // Thousands within one window, alternating between the cores.
+        for n in 0..4000 {
+            let (_session, steer) = cores[n % 2].opened_at(start);
+            assert_eq!(steer, Steer::Keep, "accept {n}");
+        }
+        // A 64-connection round from two client threads, one after the other: 32 per core.
+        let later = start + BURST_WINDOW * 10;
+        assert!(steers(&mut cores[0], 32, later).is_empty());
+        assert!(steers(&mut cores[1], 32, later).is_empty());
+    }
+
+    #[test]
+    fn a_window_that_ends_takes_its_count_with_it() {
+        let balance = Balance::new(2);
+        let mut busy = balance.core(0, 0);
+        let start = Instant::now() + BURST_WINDOW * 2;
+        // 40 and 40, a window apart: never 64 within one.
+        assert!(steers(&mut busy, 40, start).is_empty());
+        let next = start + BURST_WINDOW + Duration::from_millis(1);
+        assert!(steers(&mut busy, 40, next).is_empty());
+    }
+
+    #[test]
+    fn a_lone_core_has_no_bursts() {
+        let balance = Balance::new(1);
+        let mut only = balance.core(0, 0);
+        let start = Instant::now() + BURST_WINDOW * 2;
+        assert!(steers(&mut only, 1000, start).is_empty());
     }
 
     #[test]

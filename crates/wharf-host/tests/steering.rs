@@ -68,7 +68,7 @@ fn allowed_cpus() -> Vec<usize> {
 /// From a thread pinned to `cpu`: `count` connections, one after another, one call each,
 /// closed after it; the core that served each.
 async fn cores_seen_from(addr: SocketAddr, cpu: usize, count: usize) -> Vec<String> {
-    open_from(addr, cpu, count).await.0
+    open_from(addr, cpu, count, false).await.0
 }
 
 /// The CPUs to steer between, or `None` (and a note) on a machine with one.
@@ -98,34 +98,54 @@ async fn each_core_takes_the_connections_of_its_cpu() {
 }
 
 /// From a thread pinned to `cpu`: `count` keep-alive connections with one call each, left
-/// open; the core that served each.
-async fn open_from(addr: SocketAddr, cpu: usize, count: usize) -> (Vec<String>, Vec<TcpStream>) {
+/// open; the core that served each. With `at_once`, every connection is opened before the
+/// first request is sent (a burst); else each is opened after the last one's answer.
+async fn open_from(
+    addr: SocketAddr,
+    cpu: usize,
+    count: usize,
+    at_once: bool,
+) -> (Vec<String>, Vec<TcpStream>) {
     tokio::task::spawn_blocking(move || {
         pin_to(cpu);
-        (0..count)
-            .map(|_| {
-                let mut stream = TcpStream::connect(addr).unwrap();
-                stream.set_read_timeout(Some(LIMIT)).unwrap();
-                stream
-                    .write_all(b"GET /core HTTP/1.1\r\nhost: a\r\n\r\n")
-                    .unwrap();
-                // The body is a thread name: "wharf-core-N" (N < 10 here).
-                let mut response = Vec::new();
-                while !response.ends_with(b"\r\n\r\nwharf-core-0")
-                    && !response.ends_with(b"\r\n\r\nwharf-core-1")
-                {
-                    let mut chunk = [0u8; 512];
-                    let n = stream.read(&mut chunk).unwrap();
-                    assert!(n > 0, "closed: {}", String::from_utf8_lossy(&response));
-                    response.extend_from_slice(&chunk[..n]);
-                }
-                let name = String::from_utf8_lossy(&response[response.len() - 12..]).into_owned();
-                (name, stream)
-            })
-            .unzip()
+        let connect = || {
+            let stream = TcpStream::connect(addr).unwrap();
+            stream.set_read_timeout(Some(LIMIT)).unwrap();
+            stream
+        };
+        if at_once {
+            let mut streams: Vec<TcpStream> = (0..count).map(|_| connect()).collect();
+            let names = streams.iter_mut().map(call).collect();
+            (names, streams)
+        } else {
+            (0..count)
+                .map(|_| {
+                    let mut stream = connect();
+                    (call(&mut stream), stream)
+                })
+                .unzip()
+        }
     })
     .await
     .unwrap()
+}
+
+/// One call of `/core` on `stream`: the core that served it.
+fn call(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /core HTTP/1.1\r\nhost: a\r\n\r\n")
+        .unwrap();
+    // The body is a thread name: "wharf-core-N" (N < 10 here).
+    let mut response = Vec::new();
+    while !response.ends_with(b"\r\n\r\nwharf-core-0")
+        && !response.ends_with(b"\r\n\r\nwharf-core-1")
+    {
+        let mut chunk = [0u8; 512];
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&response[response.len() - 12..]).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +155,7 @@ async fn a_core_holding_most_sessions_stops_steering() {
     };
     let (addr, _stop) = host(true).await;
     // 40 open sessions, all on core 0: over the guard's 32 and its 1.5 x share.
-    let (first, _open) = open_from(addr, cpus[0], 40).await;
+    let (first, _open) = open_from(addr, cpus[0], 40, false).await;
     assert!(
         first.iter().all(|name| name == "wharf-core-0"),
         "while steering: {first:?}"
@@ -159,5 +179,26 @@ async fn a_core_holding_most_sessions_stops_steering() {
         started.elapsed() >= Duration::from_secs(2),
         "steering stopped after {:?}, before three checks a second apart",
         started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_from_one_cpu_pauses_steering() {
+    let Some(cpus) = two_cpus() else {
+        return;
+    };
+    let (addr, _stop) = host(true).await;
+    // 100 connections at once from CPU 0: steered to core 0 as they arrive; the core's 64th
+    // accept within 10 ms pauses its steering.
+    let (burst, _burst_open) = open_from(addr, cpus[0], 100, true).await;
+    assert!(
+        burst.iter().all(|name| name == "wharf-core-0"),
+        "the burst itself: {burst:?}"
+    );
+    // Within the pause (1 s), connections from the same CPU go by the hash.
+    let after = cores_seen_from(addr, cpus[0], 32).await;
+    assert!(
+        after.iter().any(|name| name == "wharf-core-1"),
+        "after the burst: {after:?}"
     );
 }
