@@ -38,10 +38,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::server::{bind_tcp, Acceptor};
-use crate::steering::{self, Balance, CoreBalance, Steer};
+use crate::steering::{self, Balance, CoreBalance};
 
 /// Blocking-pool threads of a core are kept this long when idle (as the main runtime's,
 /// `src/main.rs`): a call after an idle gap finds one ready (seed 001).
@@ -144,7 +144,7 @@ pub(crate) fn start(
             };
             let steering = steering.as_ref().and_then(|(cpus, balance)| {
                 let cpu = cpus.get(core.index).copied().flatten()?;
-                match steering::steer(&listener, cpu) {
+                match steering::steer_listener(&listener, cpu) {
                     Ok(()) => Some(balance.core(core.index, cpu)),
                     Err(error) => {
                         warn!(core = core.index, cpu, error = %error, "cannot steer connections by CPU (server.cpu_steering); the kernel's hash spreads them");
@@ -268,24 +268,9 @@ fn spawn(index: usize) -> std::io::Result<Prepared> {
                         let _ = accepting.wait_for(|stop| *stop).await;
                     };
                     let on_tcp_accept = || {
-                        let balance = steering.as_mut()?;
-                        let (open, steer) = balance.opened();
-                        let changed = match steer {
-                            Steer::Keep => Ok(()),
-                            Steer::Pause | Steer::Stop => steering::stop_steering(&listener),
-                            Steer::Resume => steering::steer(&listener, balance.cpu()),
-                        };
-                        if let Err(error) = changed {
-                            warn!(core = index, error = %error, ?steer, "cannot change this core's steering by CPU");
-                        }
-                        match steer {
-                            Steer::Stop => {
-                                warn!(core = index, "this core held more than 1.5 x its share of the open sessions at three checks a second or more apart (new connections arrive on few CPUs): it stops steering by CPU (server.cpu_steering), the kernel's hash spreads the new ones");
-                                steering = None;
-                            }
-                            Steer::Pause => debug!(core = index, "a burst of new connections on this core's CPU: steering paused for 1 s"),
-                            Steer::Resume => debug!(core = index, "steering by CPU again after a burst"),
-                            Steer::Keep => {}
+                        let (open, steering_on) = steering.as_mut()?.accepted_on(&listener, index);
+                        if !steering_on {
+                            steering = None;
                         }
                         Some(open)
                     };

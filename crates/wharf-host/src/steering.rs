@@ -3,8 +3,9 @@
 //! more than its share of the open sessions.
 //!
 //! With `SO_INCOMING_CPU` set on the listeners of a `SO_REUSEPORT` group, the kernel gives a
-//! new connection to the listener whose CPU handled its SYN (Linux 6.2 or later; before, the
-//! group's hash could still win), and to the hash over all of them when none matches. Over
+//! new connection to the listener whose CPU handled its SYN, and to the hash over all of them
+//! when none matches (reliably from Linux 6.2, kernel commit b261eda84ec1 "soreuseport: Fix
+//! socket selection for SO_INCOMING_CPU"; from 4.6 until then the group's hash could win). Over
 //! loopback the SYN is handled on the CPU of the thread that called `connect`, so each client
 //! thread's connections land on one core. Why that matters (issue 4, bench/RESULTS.md stop 27):
 //! when one client thread drives connections of both cores, a core preempted by it waits a
@@ -15,17 +16,19 @@
 //! on when three checks in a row agree (a burst from one client thread is over by then; the
 //! lab's burst scenario opens 2,000 connections at once). A burst has a watch of its own: a
 //! core whose accepts outrun the others' by [`BURST_EXCESS`] within [`BURST_WINDOW`] pauses
-//! its steering for [`BURST_PAUSE`] (with steering alone, one of the lab's bursts put all its
-//! 2,008 connections on one core of two).
+//! its steering for [`BURST_PAUSE`] (with steering alone, one of the lab's bursts of 2,000 had
+//! one core return from accept4 2,008 times and the other fewer than 100).
 //!
-//! Main items: [`cpus_for`], [`steer`], [`stop_steering`], [`Balance`], [`CoreBalance`],
-//! [`Steer`], [`OpenSession`].
+//! Main items: [`cpus_for`], [`steer_listener`], [`Balance`], [`CoreBalance`] (whose
+//! [`CoreBalance::accepted_on`] each steering core calls per accept), [`OpenSession`].
 
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
 
 /// How often (at most) a core checks its share of the open sessions, at an accept.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -45,8 +48,8 @@ const MAX_SHARE_FACTOR: usize = 3; // over 2: 1.5 x
 /// A burst: a core whose accepts outrun the others' (on average) by this many within
 /// [`BURST_WINDOW`] pauses its steering. A 64-connection round of a client with two threads
 /// puts 32 on each core; a burst of thousands from one client thread's CPU gets past it
-/// within milliseconds (issue 4's burst scenario: 2,008 connections on one core of two).
-const BURST_EXCESS: i64 = 64;
+/// within milliseconds (issue 4's burst scenario, above).
+const BURST_EXCESS: u64 = 64;
 
 /// The span over which a burst's excess is counted; a core's accepts start a new one when the
 /// last is this old.
@@ -55,9 +58,9 @@ const BURST_WINDOW: Duration = Duration::from_millis(10);
 /// How long a core's steering pauses after a burst: the SYNs of its CPU go by the hash.
 const BURST_PAUSE: Duration = Duration::from_secs(1);
 
-/// What a core does with its listener after an accept ([`CoreBalance::opened`]).
+/// What a core does with its listener after an accept ([`CoreBalance::opened_at`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Steer {
+enum Steer {
     /// Nothing changes.
     Keep,
     /// A burst: stop steering for [`BURST_PAUSE`].
@@ -93,12 +96,12 @@ fn cpus_from(allowed: &[u32], cores: usize) -> Vec<Option<u32>> {
 }
 
 /// Asks the kernel to give `listener` the new connections whose SYN it handled on `cpu`.
-pub(crate) fn steer(listener: impl AsFd, cpu: u32) -> io::Result<()> {
+pub(crate) fn steer_listener(listener: impl AsFd, cpu: u32) -> io::Result<()> {
     rustix::net::sockopt::set_socket_incoming_cpu(listener, cpu).map_err(io::Error::from)
 }
 
 /// Takes `listener` out of steering: it gets connections by the hash again.
-pub(crate) fn stop_steering(listener: impl AsFd) -> io::Result<()> {
+fn stop_steering(listener: impl AsFd) -> io::Result<()> {
     // The option is a C int; -1 (all bits set) is "no CPU".
     rustix::net::sockopt::set_socket_incoming_cpu(listener, u32::MAX).map_err(io::Error::from)
 }
@@ -107,9 +110,10 @@ pub(crate) fn stop_steering(listener: impl AsFd) -> io::Result<()> {
 /// the cores.
 #[derive(Debug)]
 pub(crate) struct Balance {
-    /// Per core index: sessions open. Each core adds its own (and its sessions' ends
-    /// subtract, on any thread); a checking core reads all.
-    open: Box<[AtomicUsize]>,
+    /// Per core index: sessions open. Each core adds its own and its sessions' ends subtract
+    /// (sessions stay on their core, so the count's `Arc` is shared by that core only); a
+    /// checking core reads all.
+    open: Box<[Arc<AtomicUsize>]>,
     /// Per core index: connections accepted since start. Each core adds its own and reads
     /// the others' at each accept (the burst watch).
     accepted: Box<[AtomicU64]>,
@@ -119,7 +123,7 @@ impl Balance {
     /// A balance for `cores` cores.
     pub(crate) fn new(cores: usize) -> Arc<Self> {
         Arc::new(Balance {
-            open: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
+            open: (0..cores).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
             accepted: (0..cores).map(|_| AtomicU64::new(0)).collect(),
         })
     }
@@ -131,6 +135,7 @@ impl Balance {
         CoreBalance {
             balance: Arc::clone(self),
             index,
+            open: self.open.get(index).cloned().unwrap_or_default(),
             cpu,
             last_check: now,
             strikes: 0,
@@ -173,6 +178,8 @@ struct Burst {
 pub(crate) struct CoreBalance {
     balance: Arc<Balance>,
     index: usize,
+    /// This core's count in `balance.open`.
+    open: Arc<AtomicUsize>,
     /// The CPU this core steers for.
     cpu: u32,
     last_check: Instant,
@@ -184,23 +191,36 @@ pub(crate) struct CoreBalance {
 }
 
 impl CoreBalance {
-    /// The CPU this core steers for.
-    pub(crate) fn cpu(&self) -> u32 {
-        self.cpu
+    /// Counts a session core `core` just accepted from `listener`, and changes the
+    /// listener's steering as the watches say (logged): stopped for good when [`STRIKES`]
+    /// checks in a row found this core holding more than 1.5 x its share of at least
+    /// [`MIN_SESSIONS`] open sessions; paused for [`BURST_PAUSE`] when its accepts outran
+    /// the others' by [`BURST_EXCESS`] within [`BURST_WINDOW`]; steered again at the first
+    /// accept after a pause. Returns the guard that uncounts the session when it ends, and
+    /// whether this core still steers (false: drop this watch).
+    pub(crate) fn accepted_on(&mut self, listener: impl AsFd, core: usize) -> (OpenSession, bool) {
+        let (open, steer) = self.opened_at(Instant::now());
+        let changed = match steer {
+            Steer::Keep => Ok(()),
+            Steer::Pause | Steer::Stop => stop_steering(&listener),
+            Steer::Resume => steer_listener(&listener, self.cpu),
+        };
+        if let Err(error) = changed {
+            warn!(core, error = %error, ?steer, "cannot change this core's steering by CPU");
+        }
+        match steer {
+            Steer::Stop => warn!(core, "this core held more than 1.5 x its share of the open sessions at three checks a second or more apart (new connections arrive on few CPUs): it stops steering by CPU (server.cpu_steering), the kernel's hash spreads the new ones"),
+            Steer::Pause => debug!(core, "a burst of new connections on this core's CPU: steering paused for 1 s"),
+            Steer::Resume => debug!(core, "steering by CPU again after a burst"),
+            Steer::Keep => {}
+        }
+        (open, steer != Steer::Stop)
     }
 
-    /// Counts a session this core just accepted: the guard that uncounts it when the session
-    /// ends, and what to do with the listener: [`Steer::Stop`] when [`STRIKES`] checks in a
-    /// row found this core holding more than 1.5 x its share of at least [`MIN_SESSIONS`]
-    /// open sessions; [`Steer::Pause`] when its accepts outran the others' by
-    /// [`BURST_EXCESS`] within [`BURST_WINDOW`]; [`Steer::Resume`] at the first accept after
-    /// a pause ended.
-    pub(crate) fn opened(&mut self) -> (OpenSession, Steer) {
-        self.opened_at(Instant::now())
-    }
-
+    /// The watches at an accept at `now`: the session's guard, and what to do with the
+    /// listener.
     fn opened_at(&mut self, now: Instant) -> (OpenSession, Steer) {
-        let open = OpenSession::new(&self.balance, self.index);
+        let open = OpenSession::new(&self.open);
         if let Some(count) = self.balance.accepted.get(self.index) {
             count.fetch_add(1, Ordering::Relaxed);
         }
@@ -239,9 +259,7 @@ impl CoreBalance {
         }
         let taken = mine.saturating_sub(self.burst.mine);
         let others_each = others.saturating_sub(self.burst.others) / (cores as u64 - 1);
-        let excess = i64::try_from(taken).unwrap_or(i64::MAX)
-            - i64::try_from(others_each).unwrap_or(i64::MAX);
-        if excess >= BURST_EXCESS {
+        if taken.saturating_sub(others_each) >= BURST_EXCESS {
             self.paused_until = Some(now + BURST_PAUSE);
             return Steer::Pause;
         }
@@ -257,9 +275,7 @@ impl CoreBalance {
         self.last_check = now;
         let counts = &self.balance.open;
         let total: usize = counts.iter().map(|c| c.load(Ordering::Relaxed)).sum();
-        let mine = counts
-            .get(self.index)
-            .map_or(0, |c| c.load(Ordering::Relaxed));
+        let mine = self.open.load(Ordering::Relaxed);
         // mine > 1.5 x total / cores, in integers.
         let over = total >= MIN_SESSIONS
             && mine.saturating_mul(2 * counts.len()) > MAX_SHARE_FACTOR.saturating_mul(total);
@@ -271,27 +287,22 @@ impl CoreBalance {
 /// A session counted open on its core until dropped.
 #[derive(Debug)]
 pub(crate) struct OpenSession {
-    balance: Arc<Balance>,
-    index: usize,
+    /// Its core's count of open sessions.
+    count: Arc<AtomicUsize>,
 }
 
 impl OpenSession {
-    fn new(balance: &Arc<Balance>, index: usize) -> Self {
-        if let Some(count) = balance.open.get(index) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
         OpenSession {
-            balance: Arc::clone(balance),
-            index,
+            count: Arc::clone(count),
         }
     }
 }
 
 impl Drop for OpenSession {
     fn drop(&mut self) {
-        if let Some(count) = self.balance.open.get(self.index) {
-            count.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -470,7 +481,7 @@ mod tests {
     #[test]
     fn a_listener_steers_and_stops() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        steer(&listener, 0).unwrap();
+        steer_listener(&listener, 0).unwrap();
         assert_eq!(
             rustix::net::sockopt::socket_incoming_cpu(&listener).unwrap(),
             0

@@ -186,7 +186,6 @@ pub(crate) async fn round(
     let start = Instant::now();
     let measure_from = start + config.warmup;
     let end = measure_from + config.duration;
-    // Far apart call numbers per worker, for `{n}` templates.
     let dealt = deal(config.concurrency, client_threads(config.concurrency));
     let mut finished = Vec::with_capacity(dealt.len());
     for (thread, first_numbers) in dealt.into_iter().enumerate() {
