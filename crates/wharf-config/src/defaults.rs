@@ -17,6 +17,10 @@ pub(crate) const MAX_HEADER_BYTES: &str = "64KiB";
 pub(crate) const IDLE_TIMEOUT: &str = "60s";
 /// `server.shutdown_timeout`.
 pub(crate) const SHUTDOWN_TIMEOUT: &str = "30s";
+/// `server.busy_poll_us` (off).
+pub(crate) const BUSY_POLL_US: u64 = 0;
+/// The largest `server.busy_poll_us`: 10 ms of spinning after every burst of work.
+pub(crate) const MAX_BUSY_POLL_US: u64 = 10_000;
 
 /// `queue_timeout`, every service type.
 pub(crate) const QUEUE_TIMEOUT: &str = "5s";

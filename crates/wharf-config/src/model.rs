@@ -49,6 +49,14 @@ pub struct ServerConfig {
     /// hash spreads the new ones. A core whose accepts outrun the others' by 64 within 10 ms
     /// (a burst from few client threads) pauses its steering for 1 s.
     pub cpu_steering: bool,
+    /// `busy_poll_us`: how long, in microseconds, a core of the data plane keeps polling its
+    /// sockets without blocking after it runs out of work, before it sleeps. Default 0 (off),
+    /// at most 10000. A request that arrives within that time finds the core running, which
+    /// spares the waker the cost of waking a sleeping CPU (an interrupt, in a virtual
+    /// machine through the hypervisor), at the price of a core spinning for the whole time
+    /// after every burst of work: for cores the gateway has to itself (HAProxy's
+    /// `busy-polling`).
+    pub busy_poll: Duration,
     /// `tls_cert` and `tls_key`: when both are set, `listen` speaks TLS (ALPN h2 and
     /// http/1.1) with this PEM certificate chain and key. Default: plain TCP. Setting one
     /// without the other is an error; files must exist when the config is checked.

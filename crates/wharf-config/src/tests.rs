@@ -99,6 +99,11 @@ fn defaults_filled() {
     assert_eq!(server.idle_timeout, Duration::from_secs(60));
     assert_eq!(server.shutdown_timeout, Duration::from_secs(30));
     assert!(!server.cpu_steering);
+    assert_eq!(
+        server.busy_poll,
+        Duration::ZERO,
+        "busy polling is off by default"
+    );
 
     let config = ok(&format!(
         "{MINIMAL_ROUTE}\n[services.p]\ntype = \"proxy\"\npath = \"/p\"\n"
@@ -148,6 +153,7 @@ admin_listen = "[::1]:9000"
 max_connections = 50
 max_header_bytes = 16384
 cpu_steering = true
+busy_poll_us = 50
 
 [services.orders]
 type = "route"
@@ -182,6 +188,7 @@ strategy = "round_robin"
     assert_eq!(config.server.max_connections, 50);
     assert_eq!(config.server.max_header_bytes, 16384);
     assert!(config.server.cpu_steering);
+    assert_eq!(config.server.busy_poll, Duration::from_micros(50));
 
     let service = config.service("orders").expect("orders");
     assert_eq!(service.type_name(), "route");
@@ -343,6 +350,16 @@ fn wrong_toml_type() {
     let p = problem("[server]\nidle_timeout = 60\n");
     assert!(
         p.starts_with("wharf.toml:2: server.idle_timeout: expected a duration string"),
+        "{p}"
+    );
+    let p = problem("[server]\nbusy_poll_us = 10001\n");
+    assert_eq!(
+        p,
+        "wharf.toml:2: server.busy_poll_us: 10001 is out of range, use 0 to 10000"
+    );
+    let p = problem("[server]\nbusy_poll_us = \"50us\"\n");
+    assert!(
+        p.starts_with("wharf.toml:2: server.busy_poll_us: expected an integer"),
         "{p}"
     );
     let p = problem("[server]\ncpu_steering = 1\n");

@@ -149,6 +149,8 @@ where
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // A session's turn is work for the core's busy polling (`server.busy_poll_us`).
+        crate::busy_poll::worked();
         let mut this = self.project();
         loop {
             if let Some(http2) = this.http2.as_mut() {

@@ -40,6 +40,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tracing::warn;
 
+use crate::busy_poll;
 use crate::server::{bind_tcp, Acceptor};
 use crate::steering::{self, Balance, CoreBalance};
 
@@ -85,9 +86,15 @@ struct Start {
 
 /// Makes `count` cores' threads and runtimes, each waiting for [`start`]. A core whose
 /// runtime or thread cannot be made is logged and left out (see [`start`]).
-pub(crate) fn prepare(count: usize) -> Vec<Prepared> {
+/// With a non-zero `busy_poll`, each core keeps polling that long after it runs out of work
+/// before it sleeps (see `busy_poll`).
+pub(crate) fn prepare(count: usize, busy_poll: Duration) -> Vec<Prepared> {
     (0..count)
-        .filter_map(|index| spawn(index).map_err(|error| left_out(index, &error)).ok())
+        .filter_map(|index| {
+            spawn(index, busy_poll)
+                .map_err(|error| left_out(index, &error))
+                .ok()
+        })
         .collect()
 }
 
@@ -236,17 +243,22 @@ fn listener_copy(listener: &TcpListener) -> std::io::Result<StdListener> {
 
 /// One core's thread: its runtime, waiting to be started; then its accept loop, then its
 /// sessions until released.
-fn spawn(index: usize) -> std::io::Result<Prepared> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
-        .build()?;
+fn spawn(index: usize, busy_poll: Duration) -> std::io::Result<Prepared> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all().thread_keep_alive(BLOCKING_KEEP_ALIVE);
+    if !busy_poll.is_zero() {
+        builder.on_thread_park(move || busy_poll::before_park(busy_poll));
+    }
+    let runtime = builder.build()?;
     let handle = runtime.handle().clone();
     let (start, started) = oneshot::channel::<Start>();
     let thread = std::thread::Builder::new()
         .name(format!("wharf-core-{index}"))
         .spawn(move || {
             runtime.block_on(async move {
+                if !busy_poll.is_zero() {
+                    tokio::spawn(busy_poll::spin());
+                }
                 // Never started (the host was dropped before it ran): nothing to serve.
                 let Ok(Start {
                     listener,
@@ -299,7 +311,7 @@ mod tests {
 
     #[test]
     fn prepared_cores_wait_for_their_start_and_end_when_dropped() {
-        let prepared = prepare(2);
+        let prepared = prepare(2, Duration::ZERO);
         assert_eq!(prepared.len(), 2);
         std::thread::sleep(Duration::from_millis(50));
         for core in &prepared {

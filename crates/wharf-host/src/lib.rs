@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod body;
+mod busy_poll;
 pub mod call;
 mod connection;
 mod cores;

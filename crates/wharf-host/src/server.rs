@@ -139,7 +139,7 @@ impl HostBuilder {
 
     /// The data plane's cores, made at the first ask.
     fn cores(&self) -> &[cores::Prepared] {
-        self.cores.get_or_init(prepare_cores)
+        self.cores.get_or_init(|| prepare_cores(&self.server))
     }
 
     /// Binds the service and admin listeners (port 0 picks a free port).
@@ -147,7 +147,10 @@ impl HostBuilder {
         let started = Instant::now();
         let max_sessions = fd_budget::session_limit(self.server.max_connections);
         // The data plane's cores exist before the port accepts (see `cores`).
-        let cores = self.cores.take().unwrap_or_else(prepare_cores);
+        let cores = match self.cores.take() {
+            Some(cores) => cores,
+            None => prepare_cores(&self.server),
+        };
         let listener = bind_tcp(
             "service",
             self.server.listen,
@@ -207,8 +210,11 @@ impl HostBuilder {
 }
 
 /// The data plane's cores (see `cores`): one per worker of the runtime this runs on.
-fn prepare_cores() -> Vec<cores::Prepared> {
-    cores::prepare(tokio::runtime::Handle::current().metrics().num_workers())
+fn prepare_cores(server: &ServerConfig) -> Vec<cores::Prepared> {
+    cores::prepare(
+        tokio::runtime::Handle::current().metrics().num_workers(),
+        server.busy_poll,
+    )
 }
 
 /// A host with bound listeners, ready to [`Host::run`].

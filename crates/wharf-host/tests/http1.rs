@@ -406,3 +406,39 @@ async fn http2_prior_knowledge_is_served_on_the_same_port() {
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body, "len=4");
 }
+
+#[tokio::test]
+async fn a_host_that_busy_polls_serves_calls_and_keeps_its_timeouts() {
+    // The longest window (10 ms): the cores poll instead of sleeping after each call.
+    let (addr, _stop) = host(ServerConfig {
+        busy_poll: Duration::from_millis(10),
+        idle_timeout: Duration::from_millis(300),
+        ..server_config()
+    })
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    for call in 0..20 {
+        stream
+            .write_all(b"GET /ignore HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"ignored") {
+            let mut byte = [0; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+            assert!(head.len() < 4096, "call {call}: no end of the response");
+        }
+        let text = String::from_utf8_lossy(&head);
+        assert_eq!(statuses(&text), ["200"], "call {call}: {text}");
+    }
+    // A timer due well after the polling window still fires: the idle connection closes.
+    let started = std::time::Instant::now();
+    let (text, closed) = read_all(&mut stream).await;
+    assert!(closed && text.is_empty(), "{text}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+}

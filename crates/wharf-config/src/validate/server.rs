@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use toml::Spanned;
 
@@ -146,6 +147,12 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         "0s",
     );
     let cpu_steering = raw.cpu_steering.as_ref().is_some_and(|v| *v.get_ref());
+    let busy_poll = Duration::from_micros(c.count(
+        "server.busy_poll_us",
+        &raw.busy_poll_us,
+        defaults::BUSY_POLL_US,
+        0..=defaults::MAX_BUSY_POLL_US,
+    ));
     let tls = tls(c, raw);
     let listen_unix = raw.listen_unix.as_ref().and_then(|path| {
         let value = path.get_ref();
@@ -186,5 +193,6 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         idle_timeout,
         shutdown_timeout,
         cpu_steering,
+        busy_poll,
     }
 }
