@@ -35,7 +35,8 @@
 # on CPU 0 (`taskset -c 0`). Shared: no pinning, 2 workers each.
 #
 # Every process started is stopped by PID on exit (also on Ctrl-C). Only loopback is used.
-# Needs: bash, python3, curl, taskset (util-linux), apt-get (only to install what is absent).
+# Needs: bash, python3, curl, taskset (util-linux), valgrind (the router's instruction counts),
+# apt-get (only to install what is absent).
 set -euo pipefail
 SELF=$(realpath "$0")
 cd "$(dirname "$SELF")/.."
@@ -66,6 +67,7 @@ if [ "$QUICK" = 1 ]; then
     BURST_ROUNDS=1
     TP_ROUNDS=1; TP_DURATION=1s; TP_WARMUP=500ms
     ROUTE_ROUNDS=2; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
+    ROUTE_CG_CALLS=500
     COLD_RUNS=3
     FIRST_ROUNDS=2
     IDLE_GAPS=20s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=1
@@ -88,6 +90,7 @@ else
     # The router figure is a ratio of two near-equal rates: its own run of just the two,
     # more rounds, each target first in every other round.
     ROUTE_ROUNDS=10; ROUTE_DURATION=2s; ROUTE_WARMUP=500ms
+    ROUTE_CG_CALLS=2000
     COLD_RUNS=10
     FIRST_ROUNDS=5
     # Each after-gap figure is one call per round: gaps under a minute get several rounds
@@ -147,6 +150,7 @@ command -v haproxy >/dev/null || missing+=(haproxy)
 command -v curl >/dev/null || missing+=(curl)
 command -v python3 >/dev/null || missing+=(python3)
 command -v taskset >/dev/null || missing+=(util-linux)
+command -v valgrind >/dev/null || missing+=(valgrind)
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
@@ -227,7 +231,7 @@ trap 'log "interrupted"; exit 130' INT TERM
 # ---------------------------------------------------------------- helper (python)
 H=$D/helper.py
 cat > "$H" <<'PYTHON'
-import json, os, random, socket, subprocess, sys, threading, time, urllib.parse
+import glob, json, os, random, socket, subprocess, sys, threading, time, urllib.parse
 
 def ports(n):
     """n free loopback ports below the ephemeral range (so no client socket takes one)."""
@@ -415,6 +419,26 @@ def seconds(text):
             return int(float(text[: -len(unit)]) * scale)
     sys.exit(f"helper: {text!r} is not a duration (e.g. 20s, 2m)")
 
+def callgrind(directory, calls, out):
+    """The instruction counts of the labelled dumps (route-round) in directory, to out (JSON)."""
+    counts = {}
+    for path in sorted(glob.glob(os.path.join(directory, "callgrind.out.*"))):
+        label = total = None
+        with open(path) as f:
+            for line in f:
+                if line.startswith("desc: Trigger: dump "):
+                    label = line.split("dump ", 1)[1].strip()
+                elif line.startswith(("summary:", "totals:")) and total is None:
+                    total = int(line.split()[1])
+        if label and total is not None:
+            route = label.rsplit("-", 1)[0]
+            counts.setdefault(route, []).append(total)
+    if sorted(counts) != ["plain", "rewrite"] or any(len(v) != 2 for v in counts.values()):
+        sys.exit(f"helper: callgrind dumps in {directory} are not two each of plain and rewrite: {counts}")
+    with open(out, "w") as f:
+        json.dump({"calls": int(calls), "instructions": counts}, f)
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "ports":
@@ -435,6 +459,8 @@ def main():
         memtest(*args)
     elif cmd == "seconds":
         print(seconds(args[0]))
+    elif cmd == "callgrind":
+        callgrind(*args)
     else:
         sys.exit(f"helper: unknown command {cmd}")
 
@@ -781,8 +807,22 @@ if rep:
           + (f" For scale: the proxy's pass-through of the same object made {f(pw)} req/s in the shared "
              f"throughput table (plain route / proxy pass-through = {ratio(pr, pw):.2f}; not the same run)."
              if pw else "") + "\n")
-        bar("Router: rewrite / plain forward", f"{ratio(rr, pr):.3f}", f"plain {f(pr)} req/s", "≥ 0.97",
-            ratio(rr, pr) >= 0.97)
+        cg = load("router-instructions")
+        instructions = None
+        if cg:
+            per_call = {route: [n / cg["calls"] for n in counts] for route, counts in cg["instructions"].items()}
+            instructions = statistics.median(per_call["rewrite"]) / statistics.median(per_call["plain"])
+            S("**Instructions per call** (callgrind, wharf with one worker, "
+              f"{cg['calls']} calls on one keep-alive connection per count, after 200 of each to warm up; "
+              "user space only, the kernel's share being the same socket calls for both): plain "
+              + " / ".join(f"{x:,.0f}" for x in per_call["plain"]) + ", rewrite "
+              + " / ".join(f"{x:,.0f}" for x in per_call["rewrite"])
+              + f"; rewrite / plain = **{instructions:.4f}**. Unlike the rates, these counts do not "
+              "depend on what else the machine does: they say what the rewrite costs, the rates "
+              "whether this run could see it.\n")
+        bar("Router: rewrite / plain forward", f"{ratio(rr, pr):.3f}",
+            f"plain {f(pr)} req/s" + (f"; instructions per call ×{instructions:.3f}" if instructions else ""),
+            "≥ 0.97", ratio(rr, pr) >= 0.97)
 
 # ------------------------------------------------------------------ cold start
 cold = load("cold-start")
@@ -1385,6 +1425,39 @@ bench router throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION
     --target "route-1KiB/plain=http://127.0.0.1:$WP/plain/bytes/1024" \
     --target "route-1KiB/rewrite=http://127.0.0.1:$WP/rewrite/bytes/1024" \
     --server-pids "route-1KiB/plain=$(server_pids wharf)" --server-pids "route-1KiB/rewrite=$(server_pids wharf)"
+
+# The rewrite's cost without the machine's noise: the ratio of two rates within 3 % is at the
+# mercy of this machine's slow phases (stop 29: per-round rates of one target 52-77k), so
+# a one-worker wharf runs under callgrind, which counts the instructions it executes (user
+# space; the kernel's share is the same socket calls for both routes), the same for the
+# same binary and calls whatever else the machine does. After 200 calls each to warm up,
+# ROUTE_CG_CALLS calls on one keep-alive connection per count, plain, rewrite, plain,
+# rewrite; the counters zeroed before each and dumped after it.
+phase "router-instructions"
+port CGP; port CGA
+conf_wharf wharf-cg "$CGP" "$CGA" "$TB"
+mkdir -p "$D/cg"
+start wharf-cg - env TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --dump-instr=no \
+    --callgrind-out-file="$D/cg/callgrind.out" "$W" serve --config "$D/conf/wharf-cg.toml"
+wait_http wharf-cg "http://127.0.0.1:$CGA/readyz"
+cg_calls() {            # cg_calls ROUTE N: N calls through /ROUTE/bytes/1024 on one connection
+    local i
+    for i in $(seq "$2"); do echo "url = \"http://127.0.0.1:$CGP/$1/bytes/1024\""; done >"$D/cg/urls-$1"
+    curl -sf -K "$D/cg/urls-$1" >/dev/null || die "router-instructions: a call through /$1 failed"
+}
+echo "# router-instructions (callgrind_control -z PID; N calls with curl -K; callgrind_control -d LABEL PID)" >>"$COMMANDS"
+record env TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --dump-instr=no "$W" serve --config "$D/conf/wharf-cg.toml"
+cg_calls plain 200
+cg_calls rewrite 200
+for round in 1 2; do
+    for route in plain rewrite; do
+        callgrind_control -z "${PID[wharf-cg]}" >/dev/null
+        cg_calls "$route" "$ROUTE_CG_CALLS"
+        callgrind_control -d "$route-$round" "${PID[wharf-cg]}" >/dev/null
+    done
+done
+python3 "$H" callgrind "$D/cg" "$ROUTE_CG_CALLS" "$D/json/router-instructions.json"
+stop wharf-cg
 
 # ================================================================ throughput, pinned
 phase "throughput-pinned"
