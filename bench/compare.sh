@@ -1443,7 +1443,7 @@ wait_http wharf-cg "http://127.0.0.1:$CGA/readyz"
 cg_calls() {            # cg_calls ROUTE N: N calls through /ROUTE/bytes/1024 on one connection
     local i
     for i in $(seq "$2"); do echo "url = \"http://127.0.0.1:$CGP/$1/bytes/1024\""; done >"$D/cg/urls-$1"
-    curl -sf -K "$D/cg/urls-$1" >/dev/null || die "router-instructions: a call through /$1 failed"
+    curl -sf --fail-early -K "$D/cg/urls-$1" >/dev/null || die "router-instructions: a call through /$1 failed"
 }
 echo "# router-instructions (callgrind_control -z PID; N calls with curl -K; callgrind_control -d LABEL PID)" >>"$COMMANDS"
 record env TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --dump-instr=no "$W" serve --config "$D/conf/wharf-cg.toml"
@@ -1451,9 +1451,9 @@ cg_calls plain 200
 cg_calls rewrite 200
 for round in 1 2; do
     for route in plain rewrite; do
-        callgrind_control -z "${PID[wharf-cg]}" >/dev/null
+        callgrind_control -z "${PID[wharf-cg]}" >/dev/null 2>&1 || die "router-instructions: callgrind_control -z failed"
         cg_calls "$route" "$ROUTE_CG_CALLS"
-        callgrind_control -d "$route-$round" "${PID[wharf-cg]}" >/dev/null
+        callgrind_control -d "$route-$round" "${PID[wharf-cg]}" >/dev/null 2>&1 || die "router-instructions: callgrind_control -d failed"
     done
 done
 python3 "$H" callgrind "$D/cg" "$ROUTE_CG_CALLS" "$D/json/router-instructions.json"
