@@ -1437,16 +1437,17 @@ phase "router-instructions"
 port CGP; port CGA
 conf_wharf wharf-cg "$CGP" "$CGA" "$TB"
 mkdir -p "$D/cg"
-start wharf-cg - env TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --dump-instr=no \
-    --callgrind-out-file="$D/cg/callgrind.out" "$W" serve --config "$D/conf/wharf-cg.toml"
+CG_WHARF=(env TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --dump-instr=no
+    --callgrind-out-file="$D/cg/callgrind.out" "$W" serve --config "$D/conf/wharf-cg.toml")
+start wharf-cg - "${CG_WHARF[@]}"
 wait_http wharf-cg "http://127.0.0.1:$CGA/readyz"
 cg_calls() {            # cg_calls ROUTE N: N calls through /ROUTE/bytes/1024 on one connection
-    local i
-    for i in $(seq "$2"); do echo "url = \"http://127.0.0.1:$CGP/$1/bytes/1024\""; done >"$D/cg/urls-$1"
-    curl -sf --fail-early -K "$D/cg/urls-$1" >/dev/null || die "router-instructions: a call through /$1 failed"
+    local i urls="$D/cg/urls-$1-$2"
+    [ -f "$urls" ] || for i in $(seq "$2"); do echo "url = \"http://127.0.0.1:$CGP/$1/bytes/1024\""; done >"$urls"
+    curl -sf --fail-early -K "$urls" >/dev/null || die "router-instructions: a call through /$1 failed"
 }
 echo "# router-instructions (callgrind_control -z PID; N calls with curl -K; callgrind_control -d LABEL PID)" >>"$COMMANDS"
-record env TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --dump-instr=no "$W" serve --config "$D/conf/wharf-cg.toml"
+record "${CG_WHARF[@]}"
 cg_calls plain 200
 cg_calls rewrite 200
 for round in 1 2; do

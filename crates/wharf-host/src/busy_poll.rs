@@ -6,8 +6,9 @@
 //! Why: waking a sleeping core costs whoever wakes it. The kernel sends the sleeping CPU an
 //! interrupt from the waker's CPU, and in a virtual machine that interrupt, and the halted
 //! CPU's return, go through the hypervisor. Issue 4's pinned pass-through lab counted one
-//! such interrupt per call on wharf's CPU (`irq_vectors:call_function_single_entry`, 1.00
-//! per call; nginx, whose core never ran out of work, 0.05), paid by the CPU where the
+//! such interrupt per call on wharf's CPU (`irq_vectors:call_function_single_entry`,
+//! 1.00-1.30 per call at 100 KiB in two counts; nginx, whose core never ran out of work,
+//! 0.04-0.05; with a 50 µs window 0.015), paid by the CPU where the
 //! client and the origin run. HAProxy has the same trade as its `busy-polling` option. It
 //! costs CPU: a core spins for the whole window after every burst of work, also when no
 //! request follows, so it is off by default and meant for cores the gateway has to itself.

@@ -147,10 +147,10 @@ impl HostBuilder {
         let started = Instant::now();
         let max_sessions = fd_budget::session_limit(self.server.max_connections);
         // The data plane's cores exist before the port accepts (see `cores`).
-        let cores = match self.cores.take() {
-            Some(cores) => cores,
-            None => prepare_cores(&self.server),
-        };
+        let cores = self
+            .cores
+            .take()
+            .unwrap_or_else(|| prepare_cores(&self.server));
         let listener = bind_tcp(
             "service",
             self.server.listen,
