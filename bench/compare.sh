@@ -67,7 +67,7 @@ if [ "$QUICK" = 1 ]; then
     BURST_ROUNDS=1
     TP_ROUNDS=1; TP_DURATION=1s; TP_WARMUP=500ms
     ROUTE_ROUNDS=2; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
-    ROUTE_CG_CALLS=500
+    CG_CALLS=500
     COLD_RUNS=3
     FIRST_ROUNDS=2
     IDLE_GAPS=20s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=1
@@ -90,7 +90,7 @@ else
     # The router figure is a ratio of two near-equal rates: its own run of just the two,
     # more rounds, each target first in every other round.
     ROUTE_ROUNDS=10; ROUTE_DURATION=2s; ROUTE_WARMUP=500ms
-    ROUTE_CG_CALLS=2000
+    CG_CALLS=2000
     COLD_RUNS=10
     FIRST_ROUNDS=5
     # Each after-gap figure is one call per round: gaps under a minute get several rounds
@@ -420,9 +420,12 @@ def seconds(text):
     sys.exit(f"helper: {text!r} is not a duration (e.g. 20s, 2m)")
 
 def callgrind(directory, calls, out):
-    """The instruction counts of the labelled dumps (route-round) in directory, to out (JSON)."""
+    """The instruction counts of the labelled dumps (KIND-ROUND) of each gateway's callgrind
+    output (GATEWAY.out.N) in directory, to out (JSON): {gateway: {kind: [count per round]}}."""
+    expected = {"wharf": ["hit", "pass", "plain", "rewrite"], "nginx": ["hit", "pass"], "haproxy": ["hit", "pass"]}
     counts = {}
-    for path in sorted(glob.glob(os.path.join(directory, "callgrind.out.*"))):
+    for path in sorted(glob.glob(os.path.join(directory, "*.out.*"))):
+        gateway = os.path.basename(path).split(".out.", 1)[0]
         label = total = None
         with open(path) as f:
             for line in f:
@@ -430,11 +433,12 @@ def callgrind(directory, calls, out):
                     label = line.split("dump ", 1)[1].strip()
                 elif line.startswith(("summary:", "totals:")) and total is None:
                     total = int(line.split()[1])
-        if label and total is not None:
-            route = label.rsplit("-", 1)[0]
-            counts.setdefault(route, []).append(total)
-    if sorted(counts) != ["plain", "rewrite"] or any(len(v) != 2 for v in counts.values()):
-        sys.exit(f"helper: callgrind dumps in {directory} are not two each of plain and rewrite: {counts}")
+        if label and total is not None:   # the dump at exit has no label: the rest of the run
+            kind = label.rsplit("-", 1)[0]
+            counts.setdefault(gateway, {}).setdefault(kind, []).append(total)
+    found = {gw: sorted(kinds) for gw, kinds in counts.items()}
+    if found != expected or any(len(v) != 2 for kinds in counts.values() for v in kinds.values()):
+        sys.exit(f"helper: callgrind dumps in {directory} are not two of each kind {expected}: {counts}")
     with open(out, "w") as f:
         json.dump({"calls": int(calls), "instructions": counts}, f)
 
@@ -772,6 +776,35 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
       "figures measured in the same interleaved round (the verdicts divide the medians, as the bar says; the "
       "machine's slow phases can span whole rounds, which pairing cancels).\n\n" + "\n".join(parts))
 
+CG = load("instructions")
+
+
+def instructions_per_call():
+    """{gateway: {kind: [instructions per call, per count]}} of the instruction phase, or None."""
+    if not CG:
+        return None
+    return {gw: {kind: [n / CG["calls"] for n in counts] for kind, counts in kinds.items()}
+            for gw, kinds in CG["instructions"].items()}
+
+
+cg = instructions_per_call()
+if cg:
+    rows = []
+    for kind, label in (("pass", "pass-through"), ("hit", "cache hit")):
+        med = {gw: statistics.median(cg[gw][kind]) for gw in ("wharf", "nginx", "haproxy")}
+        best = min(("nginx", "haproxy"), key=lambda gw: med[gw])
+        rows.append([f"{label}, 1 KiB"] + [" / ".join(f"{x:,.0f}" for x in cg[gw][kind]) for gw in ("wharf", "nginx", "haproxy")]
+                    + [f"×{med['wharf'] / med[best]:.3f} ({best})"])
+    S("### CPU per call without the noise: instructions (callgrind)\n\n"
+      "Each gateway once more, with one worker, under callgrind, which counts the instructions the "
+      "process executes in user space: the same for the same binary and calls whatever else the machine "
+      f"does, unlike the rates above. {CG['calls']} calls of each kind on one keep-alive connection (curl), "
+      "twice in turn, after 200 of each to warm up (and fill the cache); each count is one figure per "
+      "call below. **User space only**: the kernel's work per call (socket calls, and for nginx's "
+      "hits the cache file's open, read and sendfile) is not in it, and differs between gateways. A "
+      "lower count is less CPU in the gateway's own code, not by itself a higher rate.\n\n"
+      + table(["path", "wharf", "nginx", "HAProxy", "wharf × best anchor (fewest)"], rows) + "\n")
+
 rep = load("router")
 if rep:
     T = targets(rep)
@@ -807,13 +840,13 @@ if rep:
           + (f" For scale: the proxy's pass-through of the same object made {f(pw)} req/s in the shared "
              f"throughput table (plain route / proxy pass-through = {ratio(pr, pw):.2f}; not the same run)."
              if pw else "") + "\n")
-        cg = load("router-instructions")
+        cg = instructions_per_call()
         instructions = None
         if cg:
-            per_call = {route: [n / cg["calls"] for n in counts] for route, counts in cg["instructions"].items()}
+            per_call = cg["wharf"]
             instructions = statistics.median(per_call["rewrite"]) / statistics.median(per_call["plain"])
             S("**Instructions per call** (callgrind, wharf with one worker, "
-              f"{cg['calls']} calls on one keep-alive connection per count, after 200 of each to warm up; "
+              f"{CG['calls']} calls on one keep-alive connection per count, after 200 of each to warm up; "
               "user space only, the kernel's share being the same socket calls for both): plain "
               + " / ".join(f"{x:,.0f}" for x in per_call["plain"]) + ", rewrite "
               + " / ".join(f"{x:,.0f}" for x in per_call["rewrite"])
@@ -1426,39 +1459,67 @@ bench router throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION
     --target "route-1KiB/rewrite=http://127.0.0.1:$WP/rewrite/bytes/1024" \
     --server-pids "route-1KiB/plain=$(server_pids wharf)" --server-pids "route-1KiB/rewrite=$(server_pids wharf)"
 
-# The rewrite's cost without the machine's noise: the ratio of two rates within 3 % is at the
-# mercy of this machine's slow phases (stop 29: per-round rates of one target 52-77k), so
-# a one-worker wharf runs under callgrind, which counts the instructions it executes (user
-# space; the kernel's share is the same socket calls for both routes), the same for the
-# same binary and calls whatever else the machine does. After 200 calls each to warm up,
-# ROUTE_CG_CALLS calls on one keep-alive connection per count, plain, rewrite, plain,
-# rewrite; the counters zeroed before each and dumped after it.
-phase "router-instructions"
-port CGP; port CGA
+# CPU per call without the machine's noise. Rates within a few percent of each other are at
+# the mercy of this machine's slow phases (stop 29: per-round rates of one target 52-77k,
+# the router's ratio 0.850 and 1.077 in two runs of the same code), so each gateway runs
+# once more with one worker under callgrind, which counts the instructions it executes:
+# the same for the same binary and calls whatever else the machine does. User space only:
+# the kernel's share is the same socket calls for the router's two routes, not for
+# different gateways (syscalls per call are counted once in RESULTS). Per gateway, after
+# 200 calls of each kind to warm up (and fill the cache), CG_CALLS calls of each kind on one
+# keep-alive connection, twice in turn; the counters zeroed before each count and dumped
+# after it. Kinds: pass-through and cache hit of /bytes/1024 (every gateway), plain forward
+# and forward with header rewrite (wharf's router).
+phase "instructions"
+port CGP; port CGA; port CGN; port CGHC; port CGHP
 conf_wharf wharf-cg "$CGP" "$CGA" "$TB"
+conf_nginx nginx-cg "$CGN" "$TB" 1
+conf_haproxy haproxy-cg "$CGHC" "$CGHP" "$TB" 1
 mkdir -p "$D/cg"
-CG_WHARF=(env TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --dump-instr=no
-    --callgrind-out-file="$D/cg/callgrind.out" "$W" serve --config "$D/conf/wharf-cg.toml")
+cg_run() {              # cg_run GATEWAY KIND=URL...: the gateway (started) under callgrind
+    local gw=$1 kind url urls i round
+    shift
+    for kind in "$@"; do
+        urls="$D/cg/urls-$gw-${kind%%=*}"
+        url=${kind#*=}
+        for i in $(seq "$CG_CALLS"); do echo "url = \"$url\""; done >"$urls"
+        head -n 200 "$urls" >"$urls-warm"
+        curl -sf --fail-early -K "$urls-warm" >/dev/null || die "instructions: a call to $url ($gw) failed"
+    done
+    for round in 1 2; do
+        for kind in "$@"; do
+            urls="$D/cg/urls-$gw-${kind%%=*}"
+            callgrind_control -z "${PID[$gw-cg]}" >/dev/null 2>&1 || die "instructions: callgrind_control -z failed ($gw)"
+            # with several URLs curl's status is only the last call's: --fail-early stops at
+            # the first that fails, so no failed call lowers a count unseen
+            curl -sf --fail-early -K "$urls" >/dev/null || die "instructions: a call to ${kind#*=} ($gw) failed"
+            callgrind_control -d "${kind%%=*}-$round" "${PID[$gw-cg]}" >/dev/null 2>&1 || die "instructions: callgrind_control -d failed ($gw)"
+        done
+    done
+    stop "$gw-cg"
+}
+CG=(valgrind --tool=callgrind --dump-instr=no)
+CG_WHARF=(env TOKIO_WORKER_THREADS=1 "${CG[@]}" --callgrind-out-file="$D/cg/wharf.out"
+    "$W" serve --config "$D/conf/wharf-cg.toml")
+# master_process off: nginx's one worker is the process callgrind follows
+CG_NGINX=("${CG[@]}" --callgrind-out-file="$D/cg/nginx.out"
+    "$NGINX" -e "$D/nginx-cg.err" -c "$D/conf/nginx-cg.conf" -g 'daemon off; master_process off;')
+CG_HAPROXY=("${CG[@]}" --callgrind-out-file="$D/cg/haproxy.out" "$HAPROXY" -db -f "$D/conf/haproxy-cg.cfg")
+echo "# instructions (per gateway: callgrind_control -z PID; N calls with curl -K; callgrind_control -d LABEL PID)" >>"$COMMANDS"
+record "${CG_WHARF[@]}"
+record "${CG_NGINX[@]}"
+record "${CG_HAPROXY[@]}"
 start wharf-cg - "${CG_WHARF[@]}"
 wait_http wharf-cg "http://127.0.0.1:$CGA/readyz"
-cg_calls() {            # cg_calls ROUTE N: N calls through /ROUTE/bytes/1024 on one connection
-    local i urls="$D/cg/urls-$1-$2"
-    [ -f "$urls" ] || for i in $(seq "$2"); do echo "url = \"http://127.0.0.1:$CGP/$1/bytes/1024\""; done >"$urls"
-    curl -sf --fail-early -K "$urls" >/dev/null || die "router-instructions: a call through /$1 failed"
-}
-echo "# router-instructions (callgrind_control -z PID; N calls with curl -K; callgrind_control -d LABEL PID)" >>"$COMMANDS"
-record "${CG_WHARF[@]}"
-cg_calls plain 200
-cg_calls rewrite 200
-for round in 1 2; do
-    for route in plain rewrite; do
-        callgrind_control -z "${PID[wharf-cg]}" >/dev/null 2>&1 || die "router-instructions: callgrind_control -z failed"
-        cg_calls "$route" "$ROUTE_CG_CALLS"
-        callgrind_control -d "$route-$round" "${PID[wharf-cg]}" >/dev/null 2>&1 || die "router-instructions: callgrind_control -d failed"
-    done
-done
-python3 "$H" callgrind "$D/cg" "$ROUTE_CG_CALLS" "$D/json/router-instructions.json"
-stop wharf-cg
+cg_run wharf "pass=$(url_wharf "$CGP" "$TB" /bytes/1024 0)" "hit=$(url_wharf "$CGP" "$TB" /bytes/1024 "$TTL")" \
+    "plain=http://127.0.0.1:$CGP/plain/bytes/1024" "rewrite=http://127.0.0.1:$CGP/rewrite/bytes/1024"
+start nginx-cg - "${CG_NGINX[@]}"
+wait_http nginx-cg "http://127.0.0.1:$CGN/pass/fast"
+cg_run nginx "pass=$(url_nginx "$CGN" pass /bytes/1024)" "hit=$(url_nginx "$CGN" cache /bytes/1024)"
+start haproxy-cg - "${CG_HAPROXY[@]}"
+wait_http haproxy-cg "http://127.0.0.1:$CGHP/fast"
+cg_run haproxy "pass=$(url_haproxy "$CGHP" /bytes/1024)" "hit=$(url_haproxy "$CGHC" /bytes/1024)"
+python3 "$H" callgrind "$D/cg" "$CG_CALLS" "$D/json/instructions.json"
 
 # ================================================================ throughput, pinned
 phase "throughput-pinned"
