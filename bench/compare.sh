@@ -92,7 +92,11 @@ else
     ROUTE_ROUNDS=10; ROUTE_DURATION=2s; ROUTE_WARMUP=500ms
     CG_CALLS=2000
     COLD_RUNS=10
-    FIRST_ROUNDS=5
+    # Nine starts per target: each round's figure is one first call over that round's warm
+    # median, and with five the pass path's verdict flipped between runs of the same code
+    # (stop 29: 4.5 against HAProxy's 7.6, then 6.4 against 6.2); a start costs well under
+    # a second a target.
+    FIRST_ROUNDS=9
     # Each after-gap figure is one call per round: gaps under a minute get several rounds
     # (a median, not a single wake-up), the 120 s gap one (it waits two minutes a round).
     IDLE_GAPS=20s,120s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=3
