@@ -472,7 +472,14 @@ impl Connection {
         received: &mut usize,
     ) -> Poll<Result<ParsedHead, UpstreamError>> {
         loop {
-            match parse_response_head(&self.buf, method, fields) {
+            // Nothing buffered is the usual case when the request has just been sent (and
+            // again when the runtime polls before the answer came): no parse to try.
+            let parsed = if self.buf.is_empty() {
+                Ok(HeadParse::Partial)
+            } else {
+                parse_response_head(&self.buf, method, fields)
+            };
+            match parsed {
                 Ok(HeadParse::Partial) => {}
                 Ok(HeadParse::Interim(len)) => {
                     self.buf.advance(len);
