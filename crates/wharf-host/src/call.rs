@@ -181,13 +181,15 @@ pub struct InflightCall {
 }
 
 impl Inflight {
-    /// Registers a call in the calling thread's shard; it leaves the list when the guard
-    /// drops. Ids are unique per host: the shard's count of calls, then the shard's index.
+    /// Registers a call that `started` then in the calling thread's shard; it leaves the
+    /// list when the guard drops. Ids are unique per host: the shard's count of calls, then
+    /// the shard's index.
     pub(crate) fn begin(
         &self,
         service: Arc<str>,
         method: &http::Method,
         target: &http::Uri,
+        started: Instant,
     ) -> (CallContext, InflightGuard) {
         let index = thread_number() % SHARDS;
         let shard = &self.shards[index];
@@ -199,7 +201,7 @@ impl Inflight {
             service,
             method: method.clone(),
             target: target.clone(),
-            started: Instant::now(),
+            started,
             phase: AtomicU8::new(Phase::Received as u8),
         });
         calls.entries.insert(id, entry.clone());
@@ -277,8 +279,8 @@ mod tests {
     fn lists_calls_oldest_first_with_their_phase() {
         let inflight = Arc::new(Inflight::default());
         let uri: http::Uri = "/proxy?url=x".parse().unwrap();
-        let (first, first_guard) = inflight.begin("a".into(), &http::Method::GET, &uri);
-        let (_second, second_guard) = inflight.begin("b".into(), &http::Method::POST, &uri);
+        let (first, first_guard) = inflight.begin("a".into(), &http::Method::GET, &uri, Instant::now());
+        let (_second, second_guard) = inflight.begin("b".into(), &http::Method::POST, &uri, Instant::now());
         first.enter(Phase::UpstreamConnect);
         let rows = inflight.snapshot();
         assert_eq!(rows.len(), 2);
@@ -303,7 +305,7 @@ mod tests {
             .map(|_| {
                 let inflight = inflight.clone();
                 let uri = uri.clone();
-                std::thread::spawn(move || inflight.begin("s".into(), &http::Method::GET, &uri))
+                std::thread::spawn(move || inflight.begin("s".into(), &http::Method::GET, &uri, Instant::now()))
                     .join()
                     .unwrap()
             })

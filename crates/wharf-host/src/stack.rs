@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use http::{Request, Response};
 use tracing::Instrument;
@@ -75,8 +76,10 @@ impl Stack {
     /// plus the guards, nothing more; only a call that has to queue gets an
     /// async block of its own.
     fn call(self: &Arc<Self>, mut request: Request<RequestBody>) -> CallFuture {
-        let trace = self.trace.begin(&mut request);
-        let count = self.count.begin();
+        // One clock read for both layers' start (the inflight list's age, the duration).
+        let started = Instant::now();
+        let trace = self.trace.begin(&mut request, started);
+        let count = self.count.begin(started);
         match self.throttle.try_admit(trace.call()) {
             Some(permit) => {
                 let mut inner = trace.span().in_scope(|| self.service.call(request));

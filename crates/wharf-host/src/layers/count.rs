@@ -18,12 +18,12 @@ impl Count {
         Self { metrics }
     }
 
-    /// Starts timing a call.
-    pub(crate) fn begin(&self) -> CallCount {
+    /// Starts timing a call that `started` then.
+    pub(crate) fn begin(&self, started: Instant) -> CallCount {
         CallCount {
             metrics: self.metrics.clone(),
             code: 0,
-            started: Instant::now(),
+            started,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! when its response body is done.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::Request;
 
@@ -24,12 +25,15 @@ impl Trace {
         }
     }
 
-    /// Registers the call, opens its span and puts its [`CallContext`] in
-    /// the request's extensions for the service to report phases.
-    pub(crate) fn begin<B>(&self, request: &mut Request<B>) -> CallTrace {
-        let (call, guard) =
-            self.inflight
-                .begin(self.service.clone(), request.method(), request.uri());
+    /// Registers the call (which `started` then), opens its span and puts its
+    /// [`CallContext`] in the request's extensions for the service to report phases.
+    pub(crate) fn begin<B>(&self, request: &mut Request<B>, started: Instant) -> CallTrace {
+        let (call, guard) = self.inflight.begin(
+            self.service.clone(),
+            request.method(),
+            request.uri(),
+            started,
+        );
         let span = tracing::info_span!(
             "call",
             call_id = call.id(),
