@@ -279,8 +279,10 @@ mod tests {
     fn lists_calls_oldest_first_with_their_phase() {
         let inflight = Arc::new(Inflight::default());
         let uri: http::Uri = "/proxy?url=x".parse().unwrap();
-        let (first, first_guard) = inflight.begin("a".into(), &http::Method::GET, &uri, Instant::now());
-        let (_second, second_guard) = inflight.begin("b".into(), &http::Method::POST, &uri, Instant::now());
+        let (first, first_guard) =
+            inflight.begin("a".into(), &http::Method::GET, &uri, Instant::now());
+        let (_second, second_guard) =
+            inflight.begin("b".into(), &http::Method::POST, &uri, Instant::now());
         first.enter(Phase::UpstreamConnect);
         let rows = inflight.snapshot();
         assert_eq!(rows.len(), 2);
@@ -305,9 +307,11 @@ mod tests {
             .map(|_| {
                 let inflight = inflight.clone();
                 let uri = uri.clone();
-                std::thread::spawn(move || inflight.begin("s".into(), &http::Method::GET, &uri, Instant::now()))
-                    .join()
-                    .unwrap()
+                std::thread::spawn(move || {
+                    inflight.begin("s".into(), &http::Method::GET, &uri, Instant::now())
+                })
+                .join()
+                .unwrap()
             })
             .collect();
         let mut ids: Vec<u64> = inflight.snapshot().iter().map(|row| row.id).collect();
