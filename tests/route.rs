@@ -427,3 +427,151 @@ async fn a_large_body_cut_short_is_a_visible_truncation_and_frees_its_backend() 
     assert_eq!(a.hits("/truncate"), 1);
     fast_calls_go_to_a("a body cut short").await;
 }
+
+/// A backend that answers every request on a connection with `response`, as written.
+async fn canned_backend(response: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    // One head per request (the requests here have no body).
+                    while let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                        read.drain(..end + 4);
+                        if stream.write_all(response).await.is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// The head of a raw response: its status line and `(name, value)` lines, names in lower
+/// case, in order; and the body after it.
+fn split_response(raw: &[u8]) -> (String, Vec<(String, String)>, Vec<u8>) {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head end in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8(raw[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().to_owned();
+    let fields = lines
+        .map(|line| {
+            let (name, value) = line.split_once(':').unwrap();
+            (name.to_ascii_lowercase(), value.trim().to_owned())
+        })
+        .collect();
+    (status, fields, raw[end + 4..].to_vec())
+}
+
+fn values_of<'a>(fields: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    fields
+        .iter()
+        .filter(|(field, _)| field == name)
+        .map(|(_, value)| value.as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_backend_s() {
+    let backend = canned_backend(
+        b"HTTP/1.1 200 OK\r\n\
+          Content-Type: text/plain\r\n\
+          Connection: keep-alive, X-Hop\r\n\
+          X-Hop: secret\r\n\
+          Keep-Alive: timeout=5\r\n\
+          Proxy-Authenticate: Basic\r\n\
+          Upgrade: h2c\r\n\
+          Via: 1.1 backend\r\n\
+          X-Kept: Yes\r\n\
+          Date: Mon, 01 Jan 2024 00:00:00 GMT\r\n\
+          Content-Length: 5\r\n\
+          \r\n\
+          hello",
+    )
+    .await;
+    let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
+    let raw = raw_exchange(
+        wharf.addr,
+        b"GET /r/x HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    let (status, fields, body) = split_response(&raw);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(body, b"hello");
+    assert_eq!(values_of(&fields, "content-type"), ["text/plain"]);
+    assert_eq!(values_of(&fields, "x-kept"), ["Yes"]);
+    assert_eq!(values_of(&fields, "content-length"), ["5"]);
+    // The backend's date, not a second one of wharf's.
+    assert_eq!(
+        values_of(&fields, "date"),
+        ["Mon, 01 Jan 2024 00:00:00 GMT"]
+    );
+    // Each hop appends: the backend's entry first.
+    assert_eq!(values_of(&fields, "via"), ["1.1 backend", "1.1 wharf"]);
+    for hop_by_hop in ["x-hop", "keep-alive", "proxy-authenticate", "upgrade"] {
+        assert!(
+            values_of(&fields, hop_by_hop).is_empty(),
+            "{hop_by_hop}: {fields:?}"
+        );
+    }
+    // wharf's own connection option for this client, not the backend's.
+    assert_eq!(values_of(&fields, "connection"), ["close"]);
+
+    // The same answer to an HTTP/2 client, whose server writes from a map.
+    let client = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let response = client
+        .request(
+            http::Request::get(wharf.url("/r/x"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    let headers = response.headers().clone();
+    let via: Vec<_> = headers.get_all("via").iter().collect();
+    assert_eq!(via, ["1.1 backend", "1.1 wharf"], "{headers:?}");
+    assert_eq!(headers["x-kept"], "Yes");
+    assert!(headers.get("x-hop").is_none(), "{headers:?}");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.as_ref(), b"hello");
+}
+
+#[tokio::test]
+async fn a_head_answer_keeps_the_length_the_backend_stated() {
+    let backend = canned_backend(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: application/zip\r\n\r\n",
+    )
+    .await;
+    let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
+    let raw = raw_exchange(
+        wharf.addr,
+        b"HEAD /r/archive HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    let (status, fields, body) = split_response(&raw);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(values_of(&fields, "content-length"), ["1234"], "{fields:?}");
+    assert_eq!(values_of(&fields, "content-type"), ["application/zip"]);
+    assert!(body.is_empty(), "a HEAD answer has no body: {body:?}");
+}

@@ -99,13 +99,18 @@ pub(crate) enum FramingField {
 /// a framing or connection field, or `keep-alive` (the connection's, hop by hop). Neither a
 /// map's fields nor relayed lines ever carry one.
 pub(crate) fn stated_by_server(name: &str) -> bool {
+    stated_by_server_bytes(name.as_bytes())
+}
+
+/// [`stated_by_server`] of a name's bytes (lower case).
+pub(crate) fn stated_by_server_bytes(name: &[u8]) -> bool {
     // By length first: it runs for every field a server writes from a map, and nearly every
     // field differs in length from all four (the names are `FramingField::as_str`'s, which a
     // test holds equal).
     match name.len() {
-        10 => name == "connection" || name == "keep-alive",
-        14 => name == "content-length",
-        17 => name == "transfer-encoding",
+        10 => name == b"connection" || name == b"keep-alive",
+        14 => name == b"content-length",
+        17 => name == b"transfer-encoding",
         _ => false,
     }
 }

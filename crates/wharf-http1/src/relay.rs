@@ -1,10 +1,11 @@
 //! Response header fields as wire lines, written as they are: a pass-through proxy that
-//! passes on a fixed set of an upstream's fields need not build a [`HeaderMap`] of them (a
-//! name lookup, a hash and a validated value per field) only for the server to write them
-//! out again, and a cache need not clone a stored head's map for every hit.
+//! passes on a fixed set of an upstream's fields, or a route that passes on all but the
+//! hop-by-hop ones, need not build a [`HeaderMap`] of them (a name lookup, a hash and a
+//! validated value per field) only for the server to write them out again, and a cache
+//! need not clone a stored head's map for every hit.
 //!
-//! [`HeadFields::Relay`] asks the response parser to copy the listed fields' lines into one
-//! buffer, [`RelayedFields`], and to build no map: the fields that decide the framing and
+//! [`HeadFields::Relay`] asks the response parser to copy the fields [`Relayed`] names
+//! (a list, or all but a list) into one buffer, [`RelayedFields`], and to build no map: the fields that decide the framing and
 //! the connection (`content-length`, `transfer-encoding`, `connection`) are read where they
 //! lie, never kept as lines, and what they say is in the parsed head's framing and
 //! keep-alive (a server states the length from the body's size). [`RelayedFields::from_map`]
@@ -15,21 +16,37 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::fields::{push_field, stated_by_server};
+use crate::fields::{push_field, stated_by_server, stated_by_server_bytes};
 use crate::response::encode_fields;
 
 /// Which header fields of a response head are kept, and how.
+///
+/// One pointer wide: it is held by every exchange waiting on an upstream (the proxy's
+/// `waiting_calls_stay_small` bounds such a call's size).
 #[derive(Debug, Clone, Copy)]
 pub enum HeadFields {
     /// Every field, in the head's [`HeaderMap`].
     All,
-    /// Only the fields of these names, as lines in a [`RelayedFields`]; the head's map is
-    /// empty (the framing and connection fields are read, not kept; nor is `keep-alive`).
-    /// Names are given in lower case (as [`HeaderName::as_str`] gives them), matched
-    /// without regard to case and written as given. Plain strings, not header names: matching them is a length
-    /// check and a byte comparison per listed name, where a header name would be looked up
-    /// each time.
-    Relay(&'static [&'static str]),
+    /// The fields [`Relayed`] says, as lines in a [`RelayedFields`]; the head's map is
+    /// empty but for what `Relayed` says (the framing and connection fields are read, not
+    /// kept; nor is `keep-alive`).
+    Relay(&'static Relayed),
+}
+
+/// Which fields a head kept as lines ([`HeadFields::Relay`]) keeps.
+#[derive(Debug)]
+pub enum Relayed {
+    /// Only the fields of these names. Names are given in lower case (as
+    /// [`HeaderName::as_str`] gives them), matched without regard to case and written as
+    /// given. Plain strings, not header names: matching them is a length check and a byte
+    /// comparison per listed name, where a header name would be looked up each time.
+    Only(&'static [&'static str]),
+    /// Every field but the hop-by-hop ones, names written in lower case: left out are the
+    /// fields of these names (lower case), those the head's `connection` lines name (RFC
+    /// 9110 §7.6.1) and the framing and connection fields. The head's map holds the
+    /// `content-length` of a response without a body (to HEAD, 304), which the server
+    /// states from the map. For a forward that passes on whatever the upstream sent.
+    AllBut(&'static [&'static str]),
 }
 
 /// Header lines of a response, each `name: value\r\n`, to be written as they are. Built by
@@ -67,6 +84,22 @@ impl RelayedFields {
         Self {
             lines: Lines::Shared(Bytes::from(lines)),
             has_date,
+        }
+    }
+
+    /// Appends the field `name: value` after the lines (a field the server states itself,
+    /// a framing or connection field, is not taken: see [`RelayedFields`]).
+    pub fn append(&mut self, name: &HeaderName, value: &HeaderValue) {
+        if stated_by_server(name.as_str()) {
+            return;
+        }
+        self.has_date |= name == http::header::DATE;
+        // Lines shared by a stored head's clones are copied first: the others stay as they are.
+        if let Lines::Shared(shared) = &self.lines {
+            self.lines = Lines::Owned(shared.to_vec());
+        }
+        if let Lines::Owned(lines) = &mut self.lines {
+            push_field(name.as_str().as_bytes(), value.as_bytes(), lines);
         }
     }
 
@@ -124,6 +157,58 @@ pub(crate) fn relay_fields(
     }
 }
 
+/// The lines of every field among a parsed head's `slots` (`head_len` bytes) except the
+/// `omitted` names, the names its `connection` lines list and the framing and connection
+/// fields; names written in lower case.
+pub(crate) fn relay_fields_but(
+    head_len: usize,
+    slots: &[httparse::Header<'_>],
+    omitted: &[&str],
+) -> RelayedFields {
+    // The options of `connection` (`connection: close, x-trace`) name hop-by-hop fields of
+    // this message. `close` names none, `keep-alive` one left out anyway: with only those
+    // (or no `connection`), the usual case, nothing is allocated.
+    let mut named: Vec<&[u8]> = Vec::new();
+    for slot in slots {
+        if field_is("connection", slot.name.as_bytes()) {
+            named.extend(
+                slot.value
+                    .split(|&b| b == b',')
+                    .map(<[u8]>::trim_ascii)
+                    .filter(|option| {
+                        !option.is_empty()
+                            && !option.eq_ignore_ascii_case(b"close")
+                            && !option.eq_ignore_ascii_case(b"keep-alive")
+                    }),
+            );
+        }
+    }
+    let mut lines = Vec::with_capacity(head_len);
+    let mut has_date = false;
+    for slot in slots {
+        // The name is written lower-cased first, then judged, and taken back if left out:
+        // one pass over its bytes either way.
+        let start = lines.len();
+        lines.extend(slot.name.bytes().map(|b| b.to_ascii_lowercase()));
+        let name = &lines[start..];
+        let left_out = stated_by_server_bytes(name)
+            || omitted.iter().any(|omitted| omitted.as_bytes() == name)
+            || named.iter().any(|option| option.eq_ignore_ascii_case(name));
+        if left_out {
+            lines.truncate(start);
+            continue;
+        }
+        has_date |= name == b"date";
+        lines.extend_from_slice(b": ");
+        lines.extend_from_slice(slot.value);
+        lines.extend_from_slice(b"\r\n");
+    }
+    RelayedFields {
+        lines: Lines::Owned(lines),
+        has_date,
+    }
+}
+
 /// `wire` (a field name as received, a token httparse accepted) is `known` (lower-case
 /// letters, digits and `-`), in any case.
 ///
@@ -174,10 +259,10 @@ mod tests {
     use http::Method;
 
     // `content-length` is listed as the proxy lists it: it is still never a relayed line.
-    const KEPT: &[&str] = &["content-type", "content-length", "etag", "date"];
+    const KEPT: Relayed = Relayed::Only(&["content-type", "content-length", "etag", "date"]);
 
     fn relayed(wire: &str) -> ParsedHead {
-        match parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::Relay(KEPT)) {
+        match parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::Relay(&KEPT)) {
             Ok(HeadParse::Complete(_, head)) => head,
             other => panic!("{wire:?}: {other:?}"),
         }
@@ -252,7 +337,7 @@ mod tests {
             "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
         ] {
             assert!(
-                parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::Relay(KEPT))
+                parse_response_head(wire.as_bytes(), &Method::GET, HeadFields::Relay(&KEPT))
                     .is_err(),
                 "{wire:?}"
             );
@@ -318,5 +403,91 @@ mod tests {
         assert_eq!(map[header::DATE], "Sun, 06 Nov 1994 08:49:37 GMT");
         assert_eq!(map[header::CONTENT_TYPE], "a/b; q=\"x:y\"");
         assert_eq!(map[header::ETAG], "\"a\"");
+    }
+
+    const HOP: Relayed = Relayed::AllBut(&["keep-alive", "proxy-authenticate", "upgrade"]);
+
+    fn all_but(wire: &str, method: &Method) -> ParsedHead {
+        match parse_response_head(wire.as_bytes(), method, HeadFields::Relay(&HOP)) {
+            Ok(HeadParse::Complete(_, head)) => head,
+            other => panic!("{wire:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn all_but_mode_keeps_every_other_field_in_lower_case_and_in_order() {
+        let head = all_but(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: Keep-Alive, X-Hop\r\n\
+             x-HOP: 1\r\nKeep-Alive: timeout=5\r\nUpgrade: h2c\r\nSet-Cookie: a=1\r\n\
+             Content-Length: 5\r\nset-cookie: b=2\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
+            &Method::GET,
+        );
+        let lines = head.relayed.expect("relay mode gives lines");
+        assert_eq!(
+            std::str::from_utf8(lines.as_bytes()).unwrap(),
+            "content-type: text/plain\r\nset-cookie: a=1\r\nset-cookie: b=2\r\n\
+             date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+        );
+        assert!(lines.has_date());
+        assert!(head.headers.is_empty(), "{:?}", head.headers);
+        assert_eq!((head.framing, head.keep_alive), (Framing::Length(5), true));
+    }
+
+    #[test]
+    fn all_but_mode_states_the_length_of_an_answer_without_a_body() {
+        let wire = "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nETag: \"a\"\r\n\r\n";
+        let head = all_but(wire, &Method::HEAD);
+        assert_eq!(head.framing, Framing::Empty);
+        assert_eq!(head.headers[header::CONTENT_LENGTH], "1234");
+        let not_modified = all_but(
+            "HTTP/1.1 304 Not Modified\r\ncontent-length: 7\r\n\r\n",
+            &Method::GET,
+        );
+        assert_eq!(not_modified.headers[header::CONTENT_LENGTH], "7");
+        // With a body the length comes from the body's size, as in `Relay` mode.
+        let get = all_but(wire, &Method::GET);
+        assert_eq!(get.framing, Framing::Length(1234));
+        assert!(get.headers.is_empty(), "{:?}", get.headers);
+        // An unreadable length is not stated (the full parse's writer skips it too).
+        let bad = all_but(
+            "HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n",
+            &Method::HEAD,
+        );
+        assert!(bad.headers.is_empty(), "{:?}", bad.headers);
+    }
+
+    #[test]
+    fn an_appended_field_follows_the_lines_and_framing_fields_are_not_taken() {
+        let mut lines = all_but(
+            "HTTP/1.1 200 OK\r\nvia: 1.1 backend\r\ncontent-length: 0\r\n\r\n",
+            &Method::GET,
+        )
+        .relayed
+        .expect("lines");
+        lines.append(&header::VIA, &HeaderValue::from_static("1.1 wharf"));
+        lines.append(&header::CONTENT_LENGTH, &HeaderValue::from_static("9"));
+        lines.append(&header::CONNECTION, &HeaderValue::from_static("close"));
+        assert_eq!(
+            std::str::from_utf8(lines.as_bytes()).unwrap(),
+            "via: 1.1 backend\r\nvia: 1.1 wharf\r\n"
+        );
+        // Shared lines (a stored head's) are copied, the other clones left as they were.
+        let mut map = HeaderMap::new();
+        map.insert(header::ETAG, HeaderValue::from_static("\"a\""));
+        let shared = RelayedFields::from_map(&map);
+        let mut changed = shared.clone();
+        changed.append(
+            &header::DATE,
+            &HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        assert!(changed.has_date() && !shared.has_date());
+        assert_eq!(
+            std::str::from_utf8(shared.as_bytes()).unwrap(),
+            "etag: \"a\"\r\n"
+        );
+        assert_eq!(
+            std::str::from_utf8(changed.as_bytes()).unwrap(),
+            "etag: \"a\"\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+        );
     }
 }

@@ -11,7 +11,7 @@ use crate::fields::{
     chunked_coding, declared_content_length, header_map, persists, push_field, stated_by_server,
     values, FramingField,
 };
-use crate::relay::{field_is, relay_fields, HeadFields, RelayedFields};
+use crate::relay::{field_is, relay_fields, relay_fields_but, HeadFields, Relayed, RelayedFields};
 
 /// Largest response head accepted (status line and headers).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -115,7 +115,7 @@ pub fn parse_response_head(
             let (framing, keep_alive) = framing(method, status, version, &mut headers)?;
             (headers, None, framing, keep_alive)
         }
-        HeadFields::Relay(names) => {
+        HeadFields::Relay(kept) => {
             let slots = &*response.headers;
             let values = |field: FramingField| {
                 slots
@@ -125,13 +125,25 @@ pub fn parse_response_head(
             };
             let (framing, keep_alive, _) = decide_framing(method, status, version, values)?;
             // The map is empty: the client side takes the framing from the body's size.
-            let headers = crate::recycle::header_map_with_capacity(0);
-            (
-                headers,
-                Some(relay_fields(len, slots, names)),
-                framing,
-                keep_alive,
-            )
+            let mut headers = crate::recycle::header_map_with_capacity(0);
+            let relayed = match kept {
+                Relayed::Only(names) => relay_fields(len, slots, names),
+                Relayed::AllBut(omitted) => {
+                    // No body, no size to take the length from: the length a GET would get
+                    // (HEAD) or the representation's (304) is stated from the map, as with
+                    // `All`.
+                    if framing == Framing::Empty {
+                        let stated = values(FramingField::ContentLength)
+                            .next()
+                            .and_then(crate::parse_content_length);
+                        if let Some(length) = stated {
+                            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+                        }
+                    }
+                    relay_fields_but(len, slots, omitted)
+                }
+            };
+            (headers, Some(relayed), framing, keep_alive)
         }
     };
     Ok(HeadParse::Complete(
@@ -510,7 +522,7 @@ mod tests {
         let parsed = match parse_response_head(
             wire.as_bytes(),
             &Method::GET,
-            HeadFields::Relay(&["etag", "date"]),
+            HeadFields::Relay(&Relayed::Only(&["etag", "date"])),
         ) {
             Ok(HeadParse::Complete(_, parsed)) => parsed,
             other => panic!("{other:?}"),

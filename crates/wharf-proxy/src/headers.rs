@@ -19,6 +19,9 @@ pub(crate) static RELAYED: [&str; 8] = [
     "expires",
 ];
 
+/// [`RELAYED`] as the upstream client's relay mode takes it.
+pub(crate) static RELAYED_ONLY: wharf_upstream::Relayed = wharf_upstream::Relayed::Only(&RELAYED);
+
 /// The subset of `origin` headers the client gets.
 pub fn relayed_headers(origin: &HeaderMap) -> HeaderMap {
     let mut relayed = HeaderMap::with_capacity(RELAYED.len() + 3);

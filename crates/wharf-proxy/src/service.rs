@@ -25,7 +25,7 @@ use crate::body::{from_entry, from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
 use crate::fill::{FillJob, FillSource};
-use crate::headers::RELAYED;
+use crate::headers::RELAYED_ONLY;
 use crate::origin::Origin;
 use crate::request::RawQuery;
 use crate::target::{Target, TargetMemo};
@@ -362,7 +362,7 @@ impl Inner {
                 .origin
                 .fetch(
                     &target,
-                    HeadFields::Relay(&RELAYED),
+                    HeadFields::Relay(&RELAYED_ONLY),
                     deadline,
                     self.total_timeout,
                 )

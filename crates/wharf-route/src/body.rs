@@ -159,6 +159,7 @@ mod tests {
             target: "/",
             headers: &headers,
             edits: FieldEdits::NONE,
+            response_fields: wharf_upstream::HeadFields::All,
         };
         let response = connection
             .send(head, pin!(wharf_host::body::empty()), Some(slot))

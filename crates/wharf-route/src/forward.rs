@@ -26,8 +26,8 @@ use crate::balance::Balancer;
 use crate::body::{Lease, RelayBody};
 use crate::error::RouteError;
 use crate::matcher::Matcher;
-use crate::rewrite::Rewrite;
-use wharf_upstream::{RequestHead, ResponseBody as UpstreamBody};
+use crate::rewrite::{Rewrite, HOP_BY_HOP_NAMES};
+use wharf_upstream::{HeadFields, Relayed, RequestHead, ResponseBody as UpstreamBody};
 
 /// A `route` service.
 #[derive(Clone)]
@@ -185,6 +185,8 @@ impl Route {
                 target: &target,
                 headers: &parts.headers,
                 edits: self.rewrite.edits(),
+                // The backend's fields go on as its lines, without a map of them.
+                response_fields: HeadFields::Relay(&Relayed::AllBut(&HOP_BY_HOP_NAMES)),
             };
             let sent = tokio::time::timeout(self.timeout, async {
                 loop {
@@ -269,7 +271,7 @@ impl Route {
 
     fn relay(&self, response: Response<UpstreamBody>, lease: Lease) -> Response<ResponseBody> {
         let (mut parts, body) = response.into_parts();
-        self.rewrite.response(&mut parts.headers);
+        self.rewrite.response(&mut parts);
         let body = Box::pin(RelayBody::new(body, lease));
         Response::from_parts(parts, ResponseBody::spliced(body))
     }

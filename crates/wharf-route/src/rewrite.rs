@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use wharf_http1::relay::RelayedFields;
 use wharf_http1::request::FieldEdits;
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): they concern one connection and
@@ -20,6 +21,19 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TE,
     header::TRAILER,
     header::UPGRADE,
+];
+
+/// [`HOP_BY_HOP`]'s names, for a relay of response lines
+/// ([`wharf_http1::relay::Relayed::AllBut`]).
+pub const HOP_BY_HOP_NAMES: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
 ];
 
 /// `x-forwarded-for`.
@@ -98,10 +112,16 @@ impl Rewrite {
         }
     }
 
-    /// Rewrites a backend response's headers for the client.
-    pub fn response(&self, headers: &mut HeaderMap) {
-        strip_hop_by_hop(headers);
-        add_via(headers);
+    /// Rewrites a backend response's head for the client: hop-by-hop fields dropped, `via`
+    /// added. A head kept as lines ([`RelayedFields`], read without the hop-by-hop fields)
+    /// gets its `via` after them, so that it follows any the backend sent (RFC 9110
+    /// §7.6.3: each hop appends).
+    pub fn response(&self, head: &mut http::response::Parts) {
+        strip_hop_by_hop(&mut head.headers);
+        match head.extensions.get_mut::<RelayedFields>() {
+            Some(lines) => lines.append(&header::VIA, &VIA),
+            None => add_via(&mut head.headers),
+        }
     }
 }
 
@@ -160,13 +180,23 @@ fn push_ip(ip: IpAddr, out: &mut Vec<u8>) {
     }
 }
 
+/// This hop's `via` entry.
+const VIA: HeaderValue = HeaderValue::from_static("1.1 wharf");
+
 fn add_via(headers: &mut HeaderMap) {
-    headers.append(header::VIA, HeaderValue::from_static("1.1 wharf"));
+    headers.append(header::VIA, VIA);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_relay_s_hop_by_hop_names_are_the_map_s() {
+        let hop_by_hop = HOP_BY_HOP;
+        let names: Vec<&str> = hop_by_hop.iter().map(HeaderName::as_str).collect();
+        assert_eq!(names, HOP_BY_HOP_NAMES);
+    }
 
     #[test]
     fn client_addresses_are_written_as_display_writes_them() {

@@ -52,6 +52,9 @@ pub struct RequestHead<'a> {
     /// Fields of `headers` left out, and fields added, as the head is written
     /// ([`FieldEdits::NONE`] for none).
     pub edits: FieldEdits<'a>,
+    /// Which of the response's header fields to keep, and how ([`HeadFields::All`]: every
+    /// one, in the response's map; see [`Exchange::keeping`] for the others).
+    pub response_fields: HeadFields,
 }
 
 /// A bodiless request encoded once, for a caller that sends the same request many times
@@ -298,6 +301,7 @@ impl Connection {
         }
         self.receive(
             request.method,
+            request.response_fields,
             reused && !body_started,
             keep_alive_allowed,
             slot,
@@ -321,17 +325,18 @@ impl Connection {
         }
     }
 
-    /// Reads the response head once the request is out. `retry_safe`: a failure before any
-    /// response byte marks the error stale.
+    /// Reads the response head once the request is out, keeping its `fields` as asked.
+    /// `retry_safe`: a failure before any response byte marks the error stale.
     async fn receive(
         mut self,
         method: &Method,
+        fields: HeadFields,
         retry_safe: bool,
         keep_alive_allowed: bool,
         slot: Option<PoolSlot>,
     ) -> Result<Response<ResponseBody>, SendError> {
         let mut received = self.buf.len();
-        let parsed = poll_fn(|cx| self.poll_head(cx, method, HeadFields::All, &mut received)).await;
+        let parsed = poll_fn(|cx| self.poll_head(cx, method, fields, &mut received)).await;
         match parsed {
             Ok(parsed) => Ok(self.respond(parsed, keep_alive_allowed, slot)),
             Err(error) => {

@@ -34,6 +34,6 @@ pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
 pub use shards::PoolShards;
 pub use stream::UpstreamStream;
 pub use tls::tls_connector;
-pub use wharf_http1::relay::{HeadFields, RelayedFields};
+pub use wharf_http1::relay::{HeadFields, Relayed, RelayedFields};
 pub use wharf_http1::request::FieldEdits;
 pub use wharf_http1::response::{MAX_HEADERS, MAX_HEAD_BYTES};

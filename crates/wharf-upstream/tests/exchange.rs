@@ -15,7 +15,8 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wharf_upstream::{
-    Connection, FieldEdits, IdlePool, PoolLimits, RequestHead, ResponseBody, UpstreamError,
+    Connection, FieldEdits, HeadFields, IdlePool, PoolLimits, RequestHead, ResponseBody,
+    UpstreamError,
 };
 
 const LIMITS: PoolLimits = PoolLimits {
@@ -96,6 +97,7 @@ async fn get(
         target: "/thing?x=1",
         headers: &headers,
         edits: FieldEdits::NONE,
+        response_fields: HeadFields::All,
     };
     connection
         .send(head, std::pin::pin!(Empty::<Bytes>::new()), slot)
@@ -411,6 +413,7 @@ async fn request_bodies_by_length_and_chunked() {
         target: "/in",
         headers: &headers,
         edits: FieldEdits::NONE,
+        response_fields: HeadFields::All,
     };
     let response = server
         .connect()
@@ -470,6 +473,7 @@ async fn an_upstream_that_answers_before_taking_the_body_is_heard() {
         target: "/upload",
         headers: &headers,
         edits: FieldEdits::NONE,
+        response_fields: HeadFields::All,
     };
     // A body that never ends: only the early answer can finish the call.
     let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
