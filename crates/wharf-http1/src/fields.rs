@@ -226,10 +226,7 @@ pub(crate) fn chunked_coding<'a, I: Iterator<Item = &'a [u8]>>(
             "transfer-encoding in an HTTP/1.0 message".to_owned(),
         ));
     }
-    let mut codings = lines()
-        .flat_map(|value| value.split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|coding| !coding.is_empty());
+    let mut codings = lines().flat_map(list_items);
     let only_chunked = codings
         .next()
         .is_some_and(|first| first.eq_ignore_ascii_case(b"chunked"))
@@ -250,12 +247,20 @@ pub(crate) fn connection_persists(version: Version, headers: &HeaderMap) -> bool
 }
 
 /// [`connection_persists`]'s rules over the `connection` lines' values.
+/// The items of a field value that is a list (RFC 9110 §5.6.1): split at commas, spaces
+/// and tabs around each trimmed, empty items skipped.
+pub(crate) fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|item| !item.is_empty())
+}
+
 pub(crate) fn persists<'a>(version: Version, lines: impl Iterator<Item = &'a [u8]>) -> bool {
     let mut close = false;
     let mut keep_alive = false;
     for value in lines {
-        for option in value.split(|&b| b == b',') {
-            let option = option.trim_ascii();
+        for option in list_items(value) {
             close |= option.eq_ignore_ascii_case(b"close");
             keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
         }

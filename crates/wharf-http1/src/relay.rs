@@ -4,11 +4,12 @@
 //! validated value per field) only for the server to write them out again, and a cache
 //! need not clone a stored head's map for every hit.
 //!
-//! [`HeadFields::Relay`] asks the response parser to copy the fields [`Relayed`] names
-//! (a list, or all but a list) into one buffer, [`RelayedFields`], and to build no map: the fields that decide the framing and
-//! the connection (`content-length`, `transfer-encoding`, `connection`) are read where they
-//! lie, never kept as lines, and what they say is in the parsed head's framing and
-//! keep-alive (a server states the length from the body's size). [`RelayedFields::from_map`]
+//! [`HeadFields::Relay`] asks the response parser to copy the fields [`Relayed`] names (a
+//! list, or all but a list) into one buffer, [`RelayedFields`], and to build no map: the
+//! fields that decide the framing and the connection (`content-length`,
+//! `transfer-encoding`, `connection`) are read where they lie, never kept as lines, and
+//! what they say is in the parsed head's framing and keep-alive (a server states the
+//! length from the body's size). [`RelayedFields::from_map`]
 //! encodes a map's fields once, for a head served many times. The server writes the lines
 //! after the map's fields ([`crate::response::encode_response_head`]); a server that needs
 //! a map (HTTP/2) merges them back in with [`RelayedFields::append_to`].
@@ -16,7 +17,7 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::fields::{push_field, stated_by_server, stated_by_server_bytes};
+use crate::fields::{list_items, push_field, stated_by_server, stated_by_server_bytes};
 use crate::response::encode_fields;
 
 /// Which header fields of a response head are kept, and how.
@@ -171,16 +172,10 @@ pub(crate) fn relay_fields_but(
     let mut named: Vec<&[u8]> = Vec::new();
     for slot in slots {
         if field_is("connection", slot.name.as_bytes()) {
-            named.extend(
-                slot.value
-                    .split(|&b| b == b',')
-                    .map(<[u8]>::trim_ascii)
-                    .filter(|option| {
-                        !option.is_empty()
-                            && !option.eq_ignore_ascii_case(b"close")
-                            && !option.eq_ignore_ascii_case(b"keep-alive")
-                    }),
-            );
+            named.extend(list_items(slot.value).filter(|option| {
+                !option.eq_ignore_ascii_case(b"close")
+                    && !option.eq_ignore_ascii_case(b"keep-alive")
+            }));
         }
     }
     let mut lines = Vec::with_capacity(head_len);
