@@ -410,11 +410,20 @@ def procs_now(me):
         p["ours"] = ours
     return procs
 
+def steal_ticks():
+    """The machine's steal time so far, in ticks summed over its CPUs: time a hypervisor ran
+    something else while this VM's CPUs had work (the 8th value of /proc/stat's cpu line)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) if fields[0] == "cpu" and len(fields) > 8 else 0
+
 def cpusnap(out, me):
-    """CPU ticks of every process, and whether it descends from this script (pid me)."""
+    """CPU ticks of every process, whether it descends from this script (pid me), and the
+    machine's steal ticks."""
     procs = procs_now(int(me))
     with open(out, "w") as f:
-        json.dump({"t": time.time(), "hz": os.sysconf("SC_CLK_TCK"), "procs": procs}, f)
+        json.dump({"t": time.time(), "hz": os.sysconf("SC_CLK_TCK"), "procs": procs,
+                   "steal": steal_ticks()}, f)
 
 def seconds(text):
     """A duration as `wharf bench` takes it (500ms, 20s, 2m, 1h) in whole seconds."""
@@ -1106,8 +1115,11 @@ for (n, name, t0), (n2, _, t1) in zip(phases, phases[1:]):
             per[p["comm"]] = per.get(p["comm"], 0) + d / hz
     tot = sum(per.values())
     top = sorted(per.items(), key=lambda kv: -kv[1])[:3]
+    # a kept run from before the steal figure has none: "–"
+    steal = (sb["steal"] - sa["steal"]) / hz if "steal" in sa and "steal" in sb else None
     other_rows.append([name, f(t1 - t0, 0), f(tot, 1), f"{tot / (t1 - t0) * 100:.0f} %" if t1 > t0 else "–",
-                       ", ".join(f"{c} {v:.1f}s" for c, v in top) or "–"])
+                       ", ".join(f"{c} {v:.1f}s" for c, v in top) or "–",
+                       f"{steal / (t1 - t0) * 100:.0f} %" if steal is not None and t1 > t0 else "–"])
 
 # ------------------------------------------------------------------ assemble
 npass = sum(1 for b in BAR if b[4] == "**PASS**")
@@ -1136,8 +1148,10 @@ w("## Results\n\n" + "\n".join(sections))
 if other_rows:
     w("### Other load on the machine\n\nCPU time used during each phase by processes this script did not start "
       "(other engineers' work on the shared machine; kernel threads left out). Anything beyond a few percent of a "
-      "core distorts that phase's figures.\n\n"
-      + table(["phase", "wall s", "others' CPU s", "of one core", "top"], other_rows))
+      "core distorts that phase's figures. **Steal** is the time the hypervisor gave this virtual machine's CPUs "
+      "to something else while they had work (`/proc/stat`), as a share of one core: load from outside the "
+      "machine, which no process here shows.\n\n"
+      + table(["phase", "wall s", "others' CPU s", "of one core", "top", "steal"], other_rows))
 
 
 # The soak (issue 7) is its own script and record; its current status goes here too.
