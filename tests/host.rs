@@ -512,6 +512,54 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
     );
 }
 
+/// The allocator must not advise its memory for transparent huge pages: each such 2 MiB page
+/// is zeroed whole at its first touch, which made start-up vary 5-29 ms on a VM and held ~13
+/// MiB more at idle (docs/pathologies.md, 003). Checked by the advice itself (`hg` in a
+/// mapping's VmFlags, set by MADV_HUGEPAGE), which does not depend on the system's THP mode.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn serve_advises_no_memory_for_huge_pages() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("wharf-no-thp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("wharf.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{}",
+            proxy_table("proxy", "/proxy", &testbed, "")
+        ),
+    )
+    .unwrap();
+    let wharf = WharfProcess::start(&config);
+    // Calls that make the allocator take memory: a pass-through and a cached 1 MiB body.
+    for ttl in [0, 60] {
+        let url = wharf.url(&format!(
+            "/proxy?url={}&cacheDuration={ttl}",
+            encode(&testbed.url("/bytes/1048576"))
+        ));
+        assert_eq!(get(&url).await.status, 200);
+    }
+    let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", wharf.pid())).unwrap();
+    let flags: Vec<&str> = smaps
+        .lines()
+        .filter_map(|line| line.strip_prefix("VmFlags:"))
+        .collect();
+    assert!(flags.len() > 10, "no mappings read:\n{smaps}");
+    let advised: Vec<&&str> = flags
+        .iter()
+        .filter(|flags| flags.split_whitespace().any(|flag| flag == "hg"))
+        .collect();
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    assert!(status.success(), "{logs}");
+    assert!(
+        advised.is_empty(),
+        "mappings advised for huge pages: {advised:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn admin_token_guards_everything_but_the_probes() {
     let wharf = start_wharf(

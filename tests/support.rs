@@ -95,6 +95,11 @@ impl WharfProcess {
         }
     }
 
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `http://ADDR` + `path`.
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
