@@ -887,18 +887,14 @@ async fn route_backend_that_accepts_and_never_answers_gets_504() {
 #[tokio::test]
 async fn sigterm_under_load_drains_every_call_and_exits_zero() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let dir = std::env::temp_dir().join(format!("wharf-faults-sigterm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("wharf.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = config_file(
+        "faults-sigterm",
+        &format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_timeout = \"20s\"\n\
              [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\nallow_hosts = [\"127.0.0.1:{}\"]\n",
             testbed.addr().port()
         ),
-    )
-    .unwrap();
+    );
     let wharf = WharfProcess::start(&config);
     let addr = wharf.addr.clone();
     let url = |path: &str, duration: Option<u64>| {
@@ -993,5 +989,5 @@ async fn sigterm_under_load_drains_every_call_and_exits_zero() {
         TcpStream::connect(&addr).await.is_err(),
         "still accepting after exit"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_config_file(&config);
 }

@@ -469,17 +469,13 @@ async fn in_process_drain_lets_calls_finish() {
 #[tokio::test]
 async fn sigterm_drains_in_flight_calls_and_exits_zero() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let dir = std::env::temp_dir().join(format!("wharf-sigterm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("wharf.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = config_file(
+        "sigterm",
+        &format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_timeout = \"20s\"\n{}",
             proxy_table("proxy", "/proxy", &testbed, "")
         ),
-    )
-    .unwrap();
+    );
     let wharf = WharfProcess::start(&config);
     let addr = wharf.addr.clone();
     let url = format!(
@@ -520,17 +516,13 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
 #[tokio::test]
 async fn serve_advises_no_memory_for_huge_pages() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let dir = std::env::temp_dir().join(format!("wharf-no-thp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("wharf.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = config_file(
+        "no-huge-pages",
+        &format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{}",
             proxy_table("proxy", "/proxy", &testbed, "")
         ),
-    )
-    .unwrap();
+    );
     let wharf = WharfProcess::start(&config);
     // Calls that make the allocator take memory: a pass-through and a cached 1 MiB body.
     for ttl in [0, 60] {
@@ -557,7 +549,7 @@ async fn serve_advises_no_memory_for_huge_pages() {
         advised.is_empty(),
         "mappings advised for huge pages: {advised:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_config_file(&config);
 }
 
 #[tokio::test]

@@ -45,6 +45,23 @@ pub(crate) async fn stack(extra: &str) -> Stack {
     Stack { testbed, wharf }
 }
 
+/// Writes `toml` to `wharf.toml` in a fresh directory named after the test (and this
+/// process), for the built binary to read; returns the file's path.
+pub(crate) fn config_file(test: &str, toml: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("wharf-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wharf.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// Removes the directory `config_file` made for `path`.
+pub(crate) fn remove_config_file(path: &std::path::Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// The built `wharf serve` binary running with JSON logs.
 pub(crate) struct WharfProcess {
     child: std::process::Child,

@@ -100,15 +100,6 @@ impl Collector {
     }
 }
 
-/// Writes `toml` to a fresh file named after the test.
-fn config_file(test: &str, toml: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wharf-telemetry-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("wharf.toml");
-    std::fs::write(&path, toml).unwrap();
-    path
-}
-
 /// The built binary running `serve`, with its stderr read line by line on a thread.
 struct Wharf {
     child: Child,
@@ -202,7 +193,7 @@ const PROXY: &str = "[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n";
 async fn call_spans_are_exported_over_otlp_http() {
     let collector = Collector::spawn().await;
     let config = config_file(
-        "export",
+        "telemetry-export",
         &format!(
             "{LISTENERS}{PROXY}\n[telemetry]\notlp_endpoint = \"{}\"\nservice_name = \"wharf-telemetry-test\"\n",
             collector.endpoint()
@@ -248,7 +239,7 @@ async fn call_spans_are_exported_over_otlp_http() {
 #[tokio::test]
 async fn log_format_comes_from_the_config_unless_the_flag_says_otherwise() {
     let config = config_file(
-        "format",
+        "telemetry-format",
         &format!("{LISTENERS}{PROXY}\n[telemetry]\nlog_format = \"json\"\n"),
     );
 
@@ -273,7 +264,7 @@ async fn log_format_comes_from_the_config_unless_the_flag_says_otherwise() {
 
 /// `wharf check FILE`: (success, stdout + stderr).
 fn check(test: &str, toml: &str) -> (bool, String) {
-    let path = config_file(test, toml);
+    let path = config_file(&format!("telemetry-check-{test}"), toml);
     let output = Command::new(env!("CARGO_BIN_EXE_wharf"))
         .args(["check", "--config"])
         .arg(&path)

@@ -128,15 +128,11 @@ async fn a_failure_on_every_core_is_reported_once() {
 
 #[tokio::test]
 async fn serve_times_the_warm_up_as_a_start_up_phase() {
-    let dir = std::env::temp_dir().join(format!("wharf-warm-up-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("wharf.toml");
-    std::fs::write(
-        &path,
+    let path = config_file(
+        "warm-up",
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
          [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n",
-    )
-    .unwrap();
+    );
     let wharf = WharfProcess::start(&path);
     // The same duration is exported as a start-up phase on the admin listener.
     let metrics = get(&format!("http://{}/metrics", wharf.admin)).await;
@@ -154,7 +150,7 @@ async fn serve_times_the_warm_up_as_a_start_up_phase() {
     assert!(warm_up_ms.is_some_and(|ms| ms > 0.0), "{listening}");
     assert!(exported.is_some_and(|s| s > 0.0), "{page}");
     assert!(!logs.contains("start-up warm-up: calls failed"), "{logs}");
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_config_file(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
