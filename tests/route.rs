@@ -428,69 +428,12 @@ async fn a_large_body_cut_short_is_a_visible_truncation_and_frees_its_backend() 
     fast_calls_go_to_a("a body cut short").await;
 }
 
-/// A backend that answers every request on a connection with `response`, as written.
-async fn canned_backend(response: &'static [u8]) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut read = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    // One head per request (the requests here have no body).
-                    while let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
-                        read.drain(..end + 4);
-                        if stream.write_all(response).await.is_err() {
-                            return;
-                        }
-                    }
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => read.extend_from_slice(&buf[..n]),
-                    }
-                }
-            });
-        }
-    });
-    format!("http://{addr}")
-}
-
-/// The head of a raw response: its status line and `(name, value)` lines, names in lower
-/// case, in order; and the body after it.
-fn split_response(raw: &[u8]) -> (String, Vec<(String, String)>, Vec<u8>) {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no head end in {:?}", String::from_utf8_lossy(raw)));
-    let head = String::from_utf8(raw[..end].to_vec()).unwrap();
-    let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap().to_owned();
-    let fields = lines
-        .map(|line| {
-            let (name, value) = line.split_once(':').unwrap();
-            (name.to_ascii_lowercase(), value.trim().to_owned())
-        })
-        .collect();
-    (status, fields, raw[end + 4..].to_vec())
-}
-
-fn values_of<'a>(fields: &'a [(String, String)], name: &str) -> Vec<&'a str> {
-    fields
-        .iter()
-        .filter(|(field, _)| field == name)
-        .map(|(_, value)| value.as_str())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_backend_s() {
-    let backend = canned_backend(
-        b"HTTP/1.1 200 OK\r\n\
+    let backend = format!(
+        "http://{}",
+        canned_server(
+            b"HTTP/1.1 200 OK\r\n\
           Content-Type: text/plain\r\n\
           Connection: keep-alive, X-Hop\r\n\
           X-Hop: secret\r\n\
@@ -503,8 +446,10 @@ async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_ba
           Content-Length: 5\r\n\
           \r\n\
           hello",
-    )
-    .await;
+            AfterAnswer::KeepAlive,
+        )
+        .await
+    );
     let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
     let raw = raw_exchange(
         wharf.addr,
@@ -558,10 +503,14 @@ async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_ba
 
 #[tokio::test]
 async fn a_head_answer_keeps_the_length_the_backend_stated() {
-    let backend = canned_backend(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: application/zip\r\n\r\n",
-    )
-    .await;
+    let backend = format!(
+        "http://{}",
+        canned_server(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: application/zip\r\n\r\n",
+            AfterAnswer::KeepAlive,
+        )
+        .await
+    );
     let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
     let raw = raw_exchange(
         wharf.addr,

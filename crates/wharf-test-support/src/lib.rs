@@ -1,6 +1,7 @@
 //! Helpers for integration tests: hosts and testbeds on ephemeral
 //! 127.0.0.1 ports, a plain HTTP client that reports truncated bodies as
-//! errors, and bounded polling instead of fixed sleeps.
+//! errors, a server that answers with canned raw bytes, and bounded polling
+//! instead of fixed sleeps.
 //!
 //! Tests build what `wharf serve` builds (`wharf::build_host`) and hand it
 //! to [`spawn_host`]; this crate knows the host, not the services.
@@ -170,6 +171,80 @@ pub async fn raw_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -
     let mut out = Vec::new();
     let _ = tokio::time::timeout(timeout, stream.read_to_end(&mut out)).await;
     out
+}
+
+/// What a [`canned_server`] does with a connection after answering a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterAnswer {
+    /// Answers every further request head on it the same way.
+    KeepAlive,
+    /// Closes it cleanly (FIN, not a reset).
+    Close,
+}
+
+/// A server on 127.0.0.1:0 that answers each request head (requests without a body)
+/// with `response`, written as it is: for answers no real server would give, or fields
+/// a test needs in a given form. Returns its address.
+pub async fn canned_server(response: &'static [u8], after: AfterAnswer) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the canned server");
+    let addr = listener.local_addr().expect("the canned server's address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    while let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                        read.drain(..end + 4);
+                        if stream.write_all(response).await.is_err() || after == AfterAnswer::Close
+                        {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A raw HTTP/1.1 response cut into its status line, its `(name, value)` field lines
+/// (names in lower case, values trimmed, in order) and the bytes after the head.
+pub fn split_response(raw: &[u8]) -> (String, Vec<(String, String)>, Vec<u8>) {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head end in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8(raw[..end].to_vec()).expect("a UTF-8 response head");
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap_or_default().to_owned();
+    let fields = lines
+        .map(|line| {
+            let (name, value) = line
+                .split_once(':')
+                .unwrap_or_else(|| panic!("no colon in field line {line:?}"));
+            (name.to_ascii_lowercase(), value.trim().to_owned())
+        })
+        .collect();
+    (status, fields, raw[end + 4..].to_vec())
+}
+
+/// The values of the fields named `name` (lower case) among `fields`, in order.
+pub fn values_of<'a>(fields: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    fields
+        .iter()
+        .filter(|(field, _)| field == name)
+        .map(|(_, value)| value.as_str())
+        .collect()
 }
 
 /// Polls `check` every 10 ms until it returns true or `limit` passes;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use wharf_bench::{BurstConfig, ResponsivenessConfig, Scenario, Target, ThroughputConfig};
+use wharf_test_support::{canned_server, AfterAnswer};
 
 use crate::support::{bench, class, closed_port, metric, run, testbed};
 
@@ -88,35 +89,15 @@ async fn non_2xx_and_timeouts_are_errors() {
     assert_eq!((calls.ok, calls.errors.timeout), (0, 3));
 }
 
-/// A server that answers every request on a connection with `response`, then closes it.
-async fn raw_server(response: &'static [u8]) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let mut buf = [0u8; 1024];
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = socket.write_all(response).await;
-                // Dropped: a clean close (FIN), not a reset.
-            });
-        }
-    });
-    url
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_body_is_an_error_not_a_response() {
     // Declares 100 bytes, sends 10, closes.
-    let url = raw_server(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789").await;
+    let server = canned_server(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789",
+        AfterAnswer::Close,
+    )
+    .await;
+    let url = format!("http://{server}/");
     let report = run(&bench(
         Scenario::Burst(BurstConfig { connections: 5 }),
         vec![Target::new("truncating", &url)],
