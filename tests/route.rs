@@ -449,6 +449,7 @@ async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_ba
             AfterAnswer::KeepAlive,
         )
         .await
+        .addr
     );
     let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
     let raw = raw_exchange(
@@ -510,6 +511,7 @@ async fn a_head_answer_keeps_the_length_the_backend_stated() {
             AfterAnswer::KeepAlive,
         )
         .await
+        .addr
     );
     let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
     let raw = raw_exchange(

@@ -182,19 +182,37 @@ pub enum AfterAnswer {
     Close,
 }
 
+/// A running [`canned_server`]: its address, and the connections it accepted.
+#[derive(Debug, Clone)]
+pub struct CannedServer {
+    /// The listener's address.
+    pub addr: SocketAddr,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CannedServer {
+    /// TCP connections accepted so far (to check connection reuse).
+    pub fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// A server on 127.0.0.1:0 that answers each request head (requests without a body)
 /// with `response`, written as it is: for answers no real server would give, or fields
-/// a test needs in a given form. Returns its address.
-pub async fn canned_server(response: &'static [u8], after: AfterAnswer) -> SocketAddr {
+/// a test needs in a given form.
+pub async fn canned_server(response: &'static [u8], after: AfterAnswer) -> CannedServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the canned server");
     let addr = listener.local_addr().expect("the canned server's address");
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
     tokio::spawn(async move {
         loop {
             let Ok((mut stream, _)) = listener.accept().await else {
                 return;
             };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tokio::spawn(async move {
                 let mut read = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -214,7 +232,7 @@ pub async fn canned_server(response: &'static [u8], after: AfterAnswer) -> Socke
             });
         }
     });
-    addr
+    CannedServer { addr, accepted }
 }
 
 /// A raw HTTP/1.1 response cut into its status line, its `(name, value)` field lines

@@ -1,13 +1,12 @@
 //! Each scenario against the testbed: counts add up, nothing fails.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use wharf_bench::{
     BenchError, BurstConfig, FirstCallConfig, IdleConfig, ResponsivenessConfig, Scenario, Target,
     ThroughputConfig,
 };
+use wharf_test_support::{canned_server, AfterAnswer};
 
 use crate::support::{bench, class, metric, run, testbed};
 
@@ -212,7 +211,13 @@ async fn first_call_after_prime_calls_goes_on_a_new_connection() {
         prime_calls: 2,
         ..FirstCallConfig::default()
     };
-    let (url, connections) = counting_server().await;
+    // A keep-alive server answering every request with a short 200, counting connections.
+    let server = canned_server(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        AfterAnswer::KeepAlive,
+    )
+    .await;
+    let url = format!("http://{}/", server.addr);
     let report = run(&bench(
         Scenario::FirstCall(config),
         vec![Target::new("counted", url)],
@@ -225,40 +230,7 @@ async fn first_call_after_prime_calls_goes_on_a_new_connection() {
     assert!(metric(t, "prime_ms").value.unwrap() > 0.0);
     assert!(metric(t, "connect_ms").value.is_some());
     // The prime calls' connection, then the first call's (kept for the warm calls).
-    assert_eq!(connections.load(Ordering::Relaxed), 2);
-}
-
-/// A keep-alive server answering every request with a short 200, counting connections.
-async fn counting_server() -> (String, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let connections = Arc::new(AtomicUsize::new(0));
-    let counted = connections.clone();
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            counted.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 1024];
-                loop {
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                        if socket.write_all(ok).await.is_err() {
-                            return;
-                        }
-                    }
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-            });
-        }
-    });
-    (url, connections)
+    assert_eq!(server.connections(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
