@@ -414,8 +414,7 @@ def steal_ticks():
     """The machine's steal time so far, in ticks summed over its CPUs: time a hypervisor ran
     something else while this VM's CPUs had work (the 8th value of /proc/stat's cpu line)."""
     with open("/proc/stat") as f:
-        fields = f.readline().split()
-    return int(fields[8]) if fields[0] == "cpu" and len(fields) > 8 else 0
+        return int(f.readline().split()[8])
 
 def cpusnap(out, me):
     """CPU ticks of every process, whether it descends from this script (pid me), and the
@@ -853,7 +852,6 @@ if rep:
           + (f" For scale: the proxy's pass-through of the same object made {f(pw)} req/s in the shared "
              f"throughput table (plain route / proxy pass-through = {ratio(pr, pw):.2f}; not the same run)."
              if pw else "") + "\n")
-        cg = instructions_per_call()
         instructions = None
         if cg:
             per_call = cg["wharf"]
@@ -1115,11 +1113,10 @@ for (n, name, t0), (n2, _, t1) in zip(phases, phases[1:]):
             per[p["comm"]] = per.get(p["comm"], 0) + d / hz
     tot = sum(per.values())
     top = sorted(per.items(), key=lambda kv: -kv[1])[:3]
-    # a kept run from before the steal figure has none: "–"
-    steal = (sb["steal"] - sa["steal"]) / hz if "steal" in sa and "steal" in sb else None
+    steal = (sb["steal"] - sa["steal"]) / hz
     other_rows.append([name, f(t1 - t0, 0), f(tot, 1), f"{tot / (t1 - t0) * 100:.0f} %" if t1 > t0 else "–",
                        ", ".join(f"{c} {v:.1f}s" for c, v in top) or "–",
-                       f"{steal / (t1 - t0) * 100:.0f} %" if steal is not None and t1 > t0 else "–"])
+                       f"{steal / (t1 - t0) * 100:.0f} %" if t1 > t0 else "–"])
 
 # ------------------------------------------------------------------ assemble
 npass = sum(1 for b in BAR if b[4] == "**PASS**")

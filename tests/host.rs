@@ -509,7 +509,7 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
 }
 
 /// The allocator must not advise its memory for transparent huge pages: each such 2 MiB page
-/// is zeroed whole at its first touch, which made start-up vary 5-29 ms on a VM and held ~13
+/// is zeroed whole at its first touch, which made start-up vary 5-46 ms on a VM and held ~13
 /// MiB more at idle (docs/pathologies.md, 003). Checked by the advice itself (`hg` in a
 /// mapping's VmFlags, set by MADV_HUGEPAGE), which does not depend on the system's THP mode.
 #[cfg(target_os = "linux")]

@@ -289,21 +289,26 @@ async fn a_post_whose_body_was_sent_is_never_retried_but_a_get_is() {
     );
 }
 
-#[tokio::test]
-async fn http2_prior_knowledge_clients_are_served() {
-    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let wharf = start_wharf(&route_table("all", "/", &[base(&testbed)], "")).await;
+/// A GET with an HTTP/2 prior-knowledge client.
+async fn get_over_http2(url: &str) -> http::Response<hyper::body::Incoming> {
     let client = Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http::<Full<Bytes>>();
-    let response = client
+    client
         .request(
-            http::Request::get(wharf.url("/echo"))
+            http::Request::get(url)
                 .body(Full::new(Bytes::new()))
                 .unwrap(),
         )
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_clients_are_served() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table("all", "/", &[base(&testbed)], "")).await;
+    let response = get_over_http2(&wharf.url("/echo")).await;
     assert_eq!(response.version(), http::Version::HTTP_2);
     assert_eq!(response.status(), 200);
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -428,12 +433,22 @@ async fn a_large_body_cut_short_is_a_visible_truncation_and_frees_its_backend() 
     fast_calls_go_to_a("a body cut short").await;
 }
 
+/// wharf with a route `/r` to a backend that answers `answer` as written; `request` sent
+/// raw on a connection of its own. Returns wharf and the response, split.
+async fn through_a_route(
+    answer: &'static [u8],
+    request: &[u8],
+) -> (RunningHost, (String, Vec<(String, String)>, Vec<u8>)) {
+    let backend = canned_server(answer, AfterAnswer::KeepAlive).await;
+    let wharf = start_wharf(&route_table("r", "/r", &[backend.url("")], "")).await;
+    let raw = raw_exchange(wharf.addr, request, Duration::from_secs(5)).await;
+    (wharf, split_response(&raw))
+}
+
 #[tokio::test]
 async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_backend_s() {
-    let backend = format!(
-        "http://{}",
-        canned_server(
-            b"HTTP/1.1 200 OK\r\n\
+    let (wharf, (status, fields, body)) = through_a_route(
+        b"HTTP/1.1 200 OK\r\n\
           Content-Type: text/plain\r\n\
           Connection: keep-alive, X-Hop\r\n\
           X-Hop: secret\r\n\
@@ -446,19 +461,9 @@ async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_ba
           Content-Length: 5\r\n\
           \r\n\
           hello",
-            AfterAnswer::KeepAlive,
-        )
-        .await
-        .addr
-    );
-    let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
-    let raw = raw_exchange(
-        wharf.addr,
         b"GET /r/x HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
-        Duration::from_secs(5),
     )
     .await;
-    let (status, fields, body) = split_response(&raw);
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(body, b"hello");
     assert_eq!(values_of(&fields, "content-type"), ["text/plain"]);
@@ -481,17 +486,7 @@ async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_ba
     assert_eq!(values_of(&fields, "connection"), ["close"]);
 
     // The same answer to an HTTP/2 client, whose server writes from a map.
-    let client = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Full<Bytes>>();
-    let response = client
-        .request(
-            http::Request::get(wharf.url("/r/x"))
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let response = get_over_http2(&wharf.url("/r/x")).await;
     assert_eq!(response.version(), http::Version::HTTP_2);
     let headers = response.headers().clone();
     let via: Vec<_> = headers.get_all("via").iter().collect();
@@ -504,23 +499,11 @@ async fn a_backend_answer_loses_its_hop_by_hop_fields_and_gains_via_after_the_ba
 
 #[tokio::test]
 async fn a_head_answer_keeps_the_length_the_backend_stated() {
-    let backend = format!(
-        "http://{}",
-        canned_server(
-            b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: application/zip\r\n\r\n",
-            AfterAnswer::KeepAlive,
-        )
-        .await
-        .addr
-    );
-    let wharf = start_wharf(&route_table("r", "/r", &[backend], "")).await;
-    let raw = raw_exchange(
-        wharf.addr,
+    let (_wharf, (status, fields, body)) = through_a_route(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: application/zip\r\n\r\n",
         b"HEAD /r/archive HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
-        Duration::from_secs(5),
     )
     .await;
-    let (status, fields, body) = split_response(&raw);
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(values_of(&fields, "content-length"), ["1234"], "{fields:?}");
     assert_eq!(values_of(&fields, "content-type"), ["application/zip"]);

@@ -17,7 +17,7 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::fields::{list_items, push_field, stated_by_server, stated_by_server_bytes};
+use crate::fields::{list_items, push_field, stated_by_server};
 use crate::response::encode_fields;
 
 /// Which header fields of a response head are kept, and how.
@@ -91,7 +91,7 @@ impl RelayedFields {
     /// Appends the field `name: value` after the lines (a field the server states itself,
     /// a framing or connection field, is not taken: see [`RelayedFields`]).
     pub fn append(&mut self, name: &HeaderName, value: &HeaderValue) {
-        if stated_by_server(name.as_str()) {
+        if stated_by_server(name.as_str().as_bytes()) {
             return;
         }
         self.has_date |= name == http::header::DATE;
@@ -146,7 +146,7 @@ pub(crate) fn relay_fields(
         let Some(kept) = relayed.iter().find(|known| field_is(known, name)) else {
             continue;
         };
-        if stated_by_server(kept) {
+        if stated_by_server(kept.as_bytes()) {
             continue; // read by the parser (the framing fields), stated anew by the server
         }
         has_date |= *kept == "date";
@@ -186,7 +186,7 @@ pub(crate) fn relay_fields_but(
         let start = lines.len();
         lines.extend(slot.name.bytes().map(|b| b.to_ascii_lowercase()));
         let name = &lines[start..];
-        let left_out = stated_by_server_bytes(name)
+        let left_out = stated_by_server(name)
             || omitted.iter().any(|omitted| omitted.as_bytes() == name)
             || named.iter().any(|option| option.eq_ignore_ascii_case(name));
         if left_out {

@@ -304,7 +304,7 @@ pub fn encode_response_head(
 pub(crate) fn encode_fields(headers: &HeaderMap, out: &mut Vec<u8>) -> bool {
     let mut has_date = false;
     for (name, value) in headers {
-        if stated_by_server(name.as_str()) {
+        if stated_by_server(name.as_str().as_bytes()) {
             continue;
         }
         has_date |= name == header::DATE;

@@ -191,6 +191,11 @@ pub struct CannedServer {
 }
 
 impl CannedServer {
+    /// `http://ADDR` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
     /// TCP connections accepted so far (to check connection reuse).
     pub fn connections(&self) -> usize {
         self.accepted.load(std::sync::atomic::Ordering::Relaxed)

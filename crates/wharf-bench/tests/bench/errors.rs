@@ -97,7 +97,7 @@ async fn a_truncated_body_is_an_error_not_a_response() {
         AfterAnswer::Close,
     )
     .await;
-    let url = format!("http://{}/", server.addr);
+    let url = server.url("/");
     let report = run(&bench(
         Scenario::Burst(BurstConfig { connections: 5 }),
         vec![Target::new("truncating", &url)],

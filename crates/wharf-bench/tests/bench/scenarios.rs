@@ -217,7 +217,7 @@ async fn first_call_after_prime_calls_goes_on_a_new_connection() {
         AfterAnswer::KeepAlive,
     )
     .await;
-    let url = format!("http://{}/", server.addr);
+    let url = server.url("/");
     let report = run(&bench(
         Scenario::FirstCall(config),
         vec![Target::new("counted", url)],
