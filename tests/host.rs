@@ -465,6 +465,37 @@ async fn in_process_drain_lets_calls_finish() {
     }
 }
 
+/// A call in flight when the drain begins is answered, and its keep-alive client told that
+/// the connection ends with it (`connection: close`): the session waits on the call without
+/// a watch on the drain signal and reads it when the response is ready.
+#[tokio::test]
+async fn a_call_in_flight_when_the_drain_begins_is_answered_with_connection_close() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&proxy_table("proxy", "/proxy", &testbed, "")).await;
+    let path = format!("/proxy?url={}", encode(&testbed.url("/slow?ms=700")));
+    let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            testbed.hits("/slow") == 1
+        })
+        .await
+    );
+    let stopped = tokio::spawn(wharf.stop());
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response))
+        .await
+        .expect("the response and the close within 5 s")
+        .unwrap();
+    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+    assert_eq!(stopped.await.unwrap().calls_cut, 0);
+}
+
 /// The built binary: SIGTERM with calls in flight → all complete, exit 0.
 #[tokio::test]
 async fn sigterm_drains_in_flight_calls_and_exits_zero() {

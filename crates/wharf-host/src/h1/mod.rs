@@ -92,11 +92,12 @@ struct Conn<S> {
     buf: BytesMut,
     read_size: usize,
     limits: Limits,
-    /// Resolves when the host drains; `None` once it did.
+    /// Resolves when the host drains: made at the session's first wait for a request head
+    /// (see [`Conn::poll_stop`]), `None` before that and once it resolved.
     stop: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// The drain signal as `stop` last saw it: while it has not changed since `stop` was
-    /// polled pending, `stop` holds this task's waker and need not be polled again. Marked
-    /// changed at first, so that `stop` is polled (and registers) once.
+    /// The drain signal as `stop` last saw it (as the session began, before `stop` exists):
+    /// while it has not changed since `stop` was polled pending, `stop` holds this task's
+    /// waker and need not be polled again.
     stop_seen: watch::Receiver<bool>,
     /// The host is draining: finish the current call, then close.
     draining: bool,
@@ -127,18 +128,17 @@ pub(crate) fn serve<S: Transport>(
     peer: Option<SocketAddr>,
 ) -> impl Future<Output = Served<S>> + Send {
     let due = Instant::now() + limits.header_read_timeout;
+    // A session that begins while the host already drains answers its one request with
+    // `connection: close`.
+    let draining = *stop.borrow();
     let mut conn = Conn {
         io,
         buf: BytesMut::new(),
         read_size: MIN_READ,
         limits,
-        stop_seen: {
-            let mut seen = stop.clone();
-            seen.mark_changed();
-            seen
-        },
-        stop: Some(Box::pin(drain_signal(stop))),
-        draining: false,
+        draining,
+        stop_seen: stop,
+        stop: None,
         timer: Box::pin(tokio::time::sleep_until(due)),
         timer_waiting: false,
         head_due: due,
@@ -277,6 +277,9 @@ impl<S: Transport> Conn<S> {
                 },
             };
             if let Some(response) = answered {
+                // A drain that began during the call (which did not wake the session) ends
+                // the connection after this response, and the response says so.
+                self.check_stop();
                 // The first write attempt, in this very poll: a ready response leaves now,
                 // with nothing allocated for its writing.
                 let (mut writer, keep_alive) = self.start_message(response, info, feed);
@@ -285,7 +288,7 @@ impl<S: Transport> Conn<S> {
                     Poll::Pending => Driven::Writing(Box::new(writer), keep_alive),
                 });
             }
-            self.poll_stop(cx);
+            self.check_stop();
             match feed.as_mut().filter(|feed| !feed.is_finished()) {
                 Some(feed) => {
                     feed.register(cx);
@@ -352,25 +355,52 @@ impl<S: Transport> Conn<S> {
         Pin::new(&mut self.io).poll_flush(cx)
     }
 
-    /// Whether the host is draining (polls the drain signal once more, if it changed).
+    /// Whether the host is draining, with this task woken when it starts to: for a wait for
+    /// a request head, where nothing else would wake the session.
     ///
-    /// Called whenever the session waits (twice or more per call). A drain signal polled
-    /// pending stays registered with this task's waker until the signal changes, so
-    /// while it has not, an atomic load of its version stands in for the poll (which
-    /// locks the signal's waiter list: ~200 instructions each, in a profile of a call).
+    /// The drain signal is made and polled (registering this task in the signal's waiter
+    /// list, one lock shared by every core, taken again when the session ends) at the
+    /// first such wait, so a connection that sends its one request at once never
+    /// registers. Once registered, it stays so until the signal changes: while it has
+    /// not, an atomic load of its version stands in for the poll (~200 instructions each,
+    /// in a profile of a call).
     fn poll_stop(&mut self, cx: &mut Context<'_>) -> bool {
-        if let Some(stop) = &mut self.stop {
-            // An error: the host is gone without draining, and `stop` never resolves.
-            if !self.stop_seen.has_changed().unwrap_or(false) {
-                return self.draining;
+        if self.draining {
+            return true;
+        }
+        let stop = match &mut self.stop {
+            Some(stop) => {
+                // An error: the host is gone without draining, and `stop` never resolves.
+                if !self.stop_seen.has_changed().unwrap_or(false) {
+                    return false;
+                }
+                stop
             }
-            // Marked seen before the poll: a change after this mark, even during the poll,
-            // reads as changed at the next check (after the wake-up it sends).
-            self.stop_seen.mark_unchanged();
-            if stop.as_mut().poll(cx).is_ready() {
-                self.draining = true;
-                self.stop = None;
-            }
+            None => self
+                .stop
+                .insert(Box::pin(drain_signal(self.stop_seen.clone()))),
+        };
+        // Marked seen before the poll: a change after this mark, even during the poll,
+        // reads as changed at the next check (after the wake-up it sends).
+        self.stop_seen.mark_unchanged();
+        if stop.as_mut().poll(cx).is_ready() {
+            self.draining = true;
+            self.stop = None;
+        }
+        self.draining
+    }
+
+    /// Whether the host is draining, without registering for the signal: for the wait for
+    /// a call's response, which wakes the session itself. A drain that began since the
+    /// session last looked is read from the signal's value (rare: a lock, not taken
+    /// otherwise).
+    fn check_stop(&mut self) -> bool {
+        if !self.draining
+            && self.stop_seen.has_changed().unwrap_or(false)
+            && *self.stop_seen.borrow()
+        {
+            self.draining = true;
+            self.stop = None;
         }
         self.draining
     }
