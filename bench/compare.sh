@@ -77,7 +77,7 @@ else
     MODE=full
     # Five rounds: a round's fast p99 is about the last of a batch of 100 new connections,
     # and one target's rounds spread 3.1-13.5 ms within a six-round lab (stop 32, where
-    # the first round was not the slowest, as it had been in two earlier labs). A median
+    # wharf's first round was not its slowest, as it had been in two earlier labs). A median
     # of three survives one unlucky round, of five two; the two more cost about 50 s.
     RESP_ROUNDS=5
     BURST_ROUNDS=3
