@@ -288,7 +288,6 @@ impl<S: Transport> Conn<S> {
                     Poll::Pending => Driven::Writing(Box::new(writer), keep_alive),
                 });
             }
-            self.check_stop();
             match feed.as_mut().filter(|feed| !feed.is_finished()) {
                 Some(feed) => {
                     feed.register(cx);
@@ -390,11 +389,11 @@ impl<S: Transport> Conn<S> {
         self.draining
     }
 
-    /// Whether the host is draining, without registering for the signal: for the wait for
-    /// a call's response, which wakes the session itself. A drain that began since the
-    /// session last looked is read from the signal's value (rare: a lock, not taken
-    /// otherwise).
-    fn check_stop(&mut self) -> bool {
+    /// Notes a drain that began while a call ran, without registering for the signal (the
+    /// call wakes the session itself): read just before the call's response head is
+    /// written, the one place a call's session uses `draining`. The signal's value is read
+    /// only when its version changed (rare: a lock, not taken otherwise).
+    fn check_stop(&mut self) {
         if !self.draining
             && self.stop_seen.has_changed().unwrap_or(false)
             && *self.stop_seen.borrow()
@@ -402,7 +401,6 @@ impl<S: Transport> Conn<S> {
             self.draining = true;
             self.stop = None;
         }
-        self.draining
     }
 
     /// Whether `due` has passed. The timer is only ever moved earlier here; when it fires
