@@ -80,7 +80,12 @@ impl std::fmt::Debug for CallFuture {
 /// work starts when the returned future is first polled.
 /// [`handler`] makes one from an async function.
 #[derive(Clone)]
-pub struct HostService(Arc<dyn Fn(Request<RequestBody>) -> CallFuture + Send + Sync>);
+pub struct HostService {
+    call: Arc<dyn Fn(Request<RequestBody>) -> CallFuture + Send + Sync>,
+    /// Whether its calls read the request's header fields (see
+    /// [`HostService::without_request_fields`]).
+    reads_request_fields: bool,
+}
 
 impl HostService {
     /// A service from a function that returns each call's future.
@@ -88,12 +93,30 @@ impl HostService {
     where
         F: Fn(Request<RequestBody>) -> CallFuture + Send + Sync + 'static,
     {
-        Self(Arc::new(call))
+        Self {
+            call: Arc::new(call),
+            reads_request_fields: true,
+        }
+    }
+
+    /// The same service, declared to read none of a request's header fields (its method,
+    /// target, body and extensions only): the host then spares an HTTP/1.1 request the map
+    /// of its fields, and `headers()` is empty, unless the request has a field the host's
+    /// own rules read (`connection`, `transfer-encoding`, `content-length`, `expect`; see
+    /// `wharf_http1::request::parse_request_head_for`). HTTP/2 requests keep their map.
+    pub fn without_request_fields(mut self) -> Self {
+        self.reads_request_fields = false;
+        self
+    }
+
+    /// Whether its calls read the request's header fields.
+    pub fn reads_request_fields(&self) -> bool {
+        self.reads_request_fields
     }
 
     /// Starts one call.
     pub fn call(&self, request: Request<RequestBody>) -> CallFuture {
-        (self.0)(request)
+        (self.call)(request)
     }
 }
 

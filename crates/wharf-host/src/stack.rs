@@ -46,13 +46,20 @@ pub(crate) fn hosted(
             metrics.set_load(stats.processing, stats.queued, stats.percent_of_max_calls());
         }),
     );
+    // The layers read no request fields: the stack reads what its service reads.
+    let reads_request_fields = service.reads_request_fields();
     let stack = Arc::new(Stack {
         trace: Trace::new(name, inflight.clone()),
         count: Count::new(service_metrics.clone()),
         throttle: Throttle::new(bulkhead, service_metrics),
         service,
     });
-    HostService::new(move |request| stack.call(request))
+    let hosted = HostService::new(move |request| stack.call(request));
+    if reads_request_fields {
+        hosted
+    } else {
+        hosted.without_request_fields()
+    }
 }
 
 /// A service and its layers.

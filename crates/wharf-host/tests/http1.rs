@@ -88,6 +88,18 @@ async fn host(server: ServerConfig) -> (SocketAddr, tokio::sync::oneshot::Sender
             }),
         )
         .mount(
+            "fields",
+            Mount::Exact("/fields".into()),
+            &limits(),
+            handler(fields_and_body),
+        )
+        .mount(
+            "fieldless",
+            Mount::Exact("/fieldless".into()),
+            &limits(),
+            handler(fields_and_body).without_request_fields(),
+        )
+        .mount(
             "nothing",
             Mount::Exact("/nothing".into()),
             &limits(),
@@ -104,6 +116,17 @@ async fn host(server: ServerConfig) -> (SocketAddr, tokio::sync::oneshot::Sender
         let _ = stopped.await;
     }));
     (addr, stop)
+}
+
+/// Answers how many header fields the request came with and how long its body was.
+async fn fields_and_body(request: http::Request<RequestBody>) -> Response<ResponseBody> {
+    let fields = request.headers().len();
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map_or(usize::MAX, |body| body.to_bytes().len());
+    Response::new(full(format!("fields={fields} body={body};")))
 }
 
 fn server_config() -> ServerConfig {
@@ -194,6 +217,50 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     assert!(text.ends_with("ignored"), "{text}");
     assert!(text.contains("connection: close"), "{text}");
     assert!(text.contains("date: "), "{text}");
+}
+
+#[tokio::test]
+async fn a_service_that_reads_no_fields_gets_none_and_the_framing_rules_still_hold() {
+    let (addr, _stop) = host(server_config()).await;
+    let request = "GET /fieldless?q=1 HTTP/1.1\r\nHost: t\r\nuser-agent: u\r\naccept: */*\r\n\r\n\
+                   GET /fields?q=1 HTTP/1.1\r\nHost: t\r\nuser-agent: u\r\naccept: */*\r\n\r\n\
+                   POST /fieldless HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n\r\nhello\
+                   POST /fieldless HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+                   GET /fieldless HTTP/1.1\r\nhost: t\r\nConnection: close\r\n\r\n\
+                   GET /fields HTTP/1.1\r\nhost: t\r\n\r\n";
+    let (text, closed) = exchange(addr, request.as_bytes()).await;
+    assert!(closed, "connection: close was not honoured\n{text}");
+    assert_eq!(
+        statuses(&text),
+        ["200"; 5],
+        "nothing after the close: {text}"
+    );
+    let answers: Vec<&str> = text
+        .match_indices("fields=")
+        .map(|(i, _)| &text[i..i + text[i..].find(';').unwrap()])
+        .collect();
+    // The map is kept where the service reads it, or where the framing or the connection's
+    // persistence is read from it.
+    assert_eq!(
+        answers,
+        [
+            "fields=0 body=0",
+            "fields=3 body=0",
+            "fields=2 body=5",
+            "fields=2 body=3",
+            "fields=2 body=0"
+        ],
+        "{text}"
+    );
+    // Still one `host`, and a path with no service is still a 404.
+    let (text, _) = exchange(addr, b"GET /fieldless HTTP/1.1\r\n\r\n").await;
+    assert_eq!(statuses(&text), ["400"], "{text}");
+    let (text, _) = exchange(
+        addr,
+        b"GET /none?x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&text), ["404"], "{text}");
 }
 
 #[tokio::test]

@@ -55,6 +55,34 @@ pub(crate) struct FieldsSeen {
 }
 
 impl FieldsSeen {
+    /// The notes of a head's `slots` read straight from the parser's names, for a reader
+    /// that builds no map of them.
+    pub(crate) fn of_slots(slots: &[httparse::Header<'_>]) -> Self {
+        use crate::relay::field_is;
+        let mut seen = FieldsSeen::default();
+        for slot in slots {
+            let name = slot.name.as_bytes();
+            if field_is("host", name) {
+                seen.hosts += 1;
+            } else if field_is("connection", name) {
+                seen.connection = true;
+            } else if field_is("transfer-encoding", name) {
+                seen.transfer_encoding = true;
+            } else if field_is("content-length", name) {
+                seen.content_length = true;
+            } else if field_is("expect", name) {
+                seen.expect = true;
+            }
+        }
+        seen
+    }
+
+    /// Whether a field the server's own rules read (persistence, framing, `expect`) is
+    /// there: those rules read it from the map.
+    pub(crate) fn has_rule_fields(&self) -> bool {
+        self.connection || self.transfer_encoding || self.content_length || self.expect
+    }
+
     fn note(&mut self, name: &HeaderName) {
         if name == header::HOST {
             self.hosts += 1;

@@ -158,7 +158,8 @@ impl ProxyService {
     /// The proxy as a service for [`wharf_host::HostBuilder::mount`].
     pub fn into_host_service(self) -> HostService {
         let inner = self.inner;
-        HostService::new(move |request| inner.start(request))
+        // A call reads the request's method, target and call context, never its fields.
+        HostService::new(move |request| inner.start(request)).without_request_fields()
     }
 }
 

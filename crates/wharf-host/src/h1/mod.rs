@@ -150,15 +150,15 @@ pub(crate) fn serve<S: Transport>(
             // The call starts within this block, so neither the parsed head nor the request
             // stays in the session's state while the call runs (a block's locals end with it).
             let (call, mut feed, info) = {
-                let next = match conn.read_head().await {
-                    Head::Request(request) => {
+                let next = match conn.read_head(&dispatcher).await {
+                    Head::Request(request, routed) => {
                         let info = RequestInfo {
                             head: request.method == http::Method::HEAD,
                             version: request.version,
                             keep_alive: request.keep_alive,
                         };
                         let (request, feed) = build_request(request, peer);
-                        Next::Call(dispatcher.call(request), feed, info)
+                        Next::Call(dispatcher.call_routed(routed, request), feed, info)
                     }
                     Head::Done => break,
                     Head::TimedOut => {

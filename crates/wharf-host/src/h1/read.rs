@@ -13,20 +13,22 @@ use bytes::Buf;
 use http::{Request, StatusCode, Version};
 use tokio::time::Instant;
 use tracing::debug;
-use wharf_http1::request::{parse_request_head, ParsedRequest, RequestFraming, RequestParse};
+use wharf_http1::request::{parse_request_head_for, ParsedRequest, RequestFraming, RequestParse};
 use wharf_http1::MessageError;
 
 use super::body::BodyFeed;
 use super::spare;
 use super::{Conn, RequestInfo, Transport, H2_PREFACE, MAX_READ, MIN_READ, MIN_SPARE};
 use crate::call::ClientAddr;
+use crate::dispatch::{Dispatcher, Routed};
 use crate::error::json_error;
 use crate::request_body::RequestBody;
 
 /// What reading a request head gave.
 #[allow(clippy::large_enum_variant)] // returned by value, never stored
 pub(super) enum Head {
-    Request(ParsedRequest),
+    /// A request, and the service it goes to.
+    Request(ParsedRequest, Routed),
     /// Nothing more will come: EOF, idle timeout, or the drain with no request started.
     Done,
     /// The head did not come within `header_read_timeout`.
@@ -94,7 +96,7 @@ impl<S: Transport> Conn<S> {
     /// `header_read_timeout` after accept; a later one, `idle_timeout` after the previous
     /// response (the keep-alive idle limit) and then `header_read_timeout` after its first
     /// byte.
-    pub(super) async fn read_head(&mut self) -> Head {
+    pub(super) async fn read_head(&mut self, dispatcher: &Dispatcher) -> Head {
         let mut head_started = self.served == 0 || !self.buf.is_empty();
         if self.served > 0 {
             let after = if head_started {
@@ -106,7 +108,7 @@ impl<S: Transport> Conn<S> {
         }
         loop {
             if !self.buf.is_empty() {
-                if let Some(head) = self.sniff_and_parse() {
+                if let Some(head) = self.sniff_and_parse(dispatcher) {
                     return head;
                 }
             } else if self.buf.capacity() > 0 {
@@ -152,19 +154,28 @@ impl<S: Transport> Conn<S> {
 
     /// The HTTP/2 preface on a fresh connection, or a parsed HTTP/1 head; `None` when more
     /// bytes are needed.
-    pub(super) fn sniff_and_parse(&mut self) -> Option<Head> {
+    pub(super) fn sniff_and_parse(&mut self, dispatcher: &Dispatcher) -> Option<Head> {
         if self.served == 0 && self.buf[0] == H2_PREFACE[0] {
             let n = self.buf.len().min(H2_PREFACE.len());
             if self.buf[..n] == H2_PREFACE[..n] {
                 return (n == H2_PREFACE.len()).then_some(Head::Http2);
             }
         }
-        self.parse_head()
+        self.parse_head(dispatcher)
     }
 
-    /// Parses the buffered bytes: `None` when more are needed.
-    pub(super) fn parse_head(&mut self) -> Option<Head> {
-        match parse_request_head(&self.buf, self.limits.max_header_bytes) {
+    /// Parses the buffered bytes: `None` when more are needed. The request's service is
+    /// looked up from its target as soon as the request line is read, so that the fields
+    /// are kept only for a service that reads them.
+    pub(super) fn parse_head(&mut self, dispatcher: &Dispatcher) -> Option<Head> {
+        let mut routed = None;
+        let parsed = parse_request_head_for(&self.buf, self.limits.max_header_bytes, |target| {
+            let to = dispatcher.route(target);
+            let wants = to.wants_request_fields();
+            routed = Some(to);
+            wants
+        });
+        match parsed {
             Ok(RequestParse::Partial) => None,
             Ok(RequestParse::Complete(len, request)) => {
                 self.buf.advance(len);
@@ -172,7 +183,7 @@ impl<S: Transport> Conn<S> {
                     // Nothing pipelined behind it: the call will wait with no buffer held.
                     spare::give(std::mem::take(&mut self.buf));
                 }
-                Some(Head::Request(request))
+                Some(Head::Request(request, routed.unwrap_or(Routed::Later)))
             }
             Err(error @ (MessageError::TooLarge { .. } | MessageError::TooManyHeaders { .. })) => {
                 Some(Head::Bad(
