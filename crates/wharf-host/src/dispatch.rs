@@ -23,56 +23,40 @@ pub(crate) struct Dispatcher {
     pub(crate) max_header_bytes: usize,
 }
 
-/// Where a request goes, looked up from its target before its head is fully read (so an
-/// HTTP/1.1 head is read for what its service needs of it).
+/// Where a request goes, looked up from its path while its head is read (so an HTTP/1.1
+/// head is read for what its service needs of it).
 pub(crate) enum Routed {
-    /// The service mounted at the target's path.
+    /// The service mounted at the path.
     To(HostService),
     /// No service is mounted there.
     Nowhere,
-    /// Not an origin-form target (`/path?query`): looked up when the call starts, from the
-    /// request's parsed URI.
-    Later,
 }
 
 impl Routed {
+    /// Starts the call.
+    pub(crate) fn call(self, request: Request<RequestBody>) -> CallFuture {
+        match self {
+            Routed::To(service) => service.call(request),
+            Routed::Nowhere => not_found(&request),
+        }
+    }
+
     /// Whether the request's header fields are to be kept for the call.
     pub(crate) fn wants_request_fields(&self) -> bool {
         match self {
             Routed::To(service) => service.reads_request_fields(),
             // A 404 reads nothing of the request but its path.
             Routed::Nowhere => false,
-            Routed::Later => true,
         }
     }
 }
 
 impl Dispatcher {
-    /// The service for an origin-form request `target` (path and query, as on the request
-    /// line). Its path is the part before any `?` or `#`, as `http::Uri::path` reads it.
-    pub(crate) fn route(&self, target: &str) -> Routed {
-        if !target.starts_with('/') {
-            return Routed::Later;
-        }
-        // A byte search: 41 instructions a call fewer than `str::find` with a set of chars
-        // (callgrind, a proxied call).
-        let end = target
-            .bytes()
-            .position(|b| b == b'?' || b == b'#')
-            .unwrap_or(target.len());
-        let path = &target[..end];
+    /// The service for a request `path` (its URI's path).
+    pub(crate) fn route(&self, path: &str) -> Routed {
         match self.current().find(path) {
             Some(mounted) => Routed::To(mounted.service.clone()),
             None => Routed::Nowhere,
-        }
-    }
-
-    /// Starts one call routed by [`Dispatcher::route`].
-    pub(crate) fn call_routed(&self, routed: Routed, request: Request<RequestBody>) -> CallFuture {
-        match routed {
-            Routed::To(service) => service.call(request),
-            Routed::Nowhere => not_found(&request),
-            Routed::Later => self.call(request),
         }
     }
 

@@ -17,17 +17,27 @@ pub(crate) fn header_map(
     slots: &[httparse::Header<'_>],
 ) -> Result<(Bytes, HeaderMap, FieldsSeen), MessageError> {
     let head = Bytes::copy_from_slice(&buf[..len]);
+    let (headers, seen) = header_map_in(&head, buf, slots)?;
+    Ok((head, headers, seen))
+}
+
+/// [`header_map`] with the head already copied out of `buf` into `head`.
+pub(crate) fn header_map_in(
+    head: &Bytes,
+    buf: &[u8],
+    slots: &[httparse::Header<'_>],
+) -> Result<(HeaderMap, FieldsSeen), MessageError> {
     let mut headers = crate::recycle::header_map_with_capacity(slots.len());
     let mut seen = FieldsSeen::default();
     for slot in slots {
         let name = HeaderName::from_bytes(slot.name.as_bytes())
             .map_err(|_| MessageError::Malformed(format!("header name {:?}", slot.name)))?;
-        let value = HeaderValue::from_maybe_shared(slice_of(&head, buf, slot.value))
+        let value = HeaderValue::from_maybe_shared(slice_of(head, buf, slot.value))
             .map_err(|_| MessageError::Malformed(format!("value of header {name}")))?;
         seen.note(&name);
         headers.append(name, value);
     }
-    Ok((head, headers, seen))
+    Ok((headers, seen))
 }
 
 /// Which of the fields a server reads itself were in a head, noted as its map was built.

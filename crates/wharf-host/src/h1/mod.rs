@@ -158,7 +158,7 @@ pub(crate) fn serve<S: Transport>(
                             keep_alive: request.keep_alive,
                         };
                         let (request, feed) = build_request(request, peer);
-                        Next::Call(dispatcher.call_routed(routed, request), feed, info)
+                        Next::Call(routed.call(request), feed, info)
                     }
                     Head::Done => break,
                     Head::TimedOut => {

@@ -165,12 +165,12 @@ impl<S: Transport> Conn<S> {
     }
 
     /// Parses the buffered bytes: `None` when more are needed. The request's service is
-    /// looked up from its target as soon as the request line is read, so that the fields
-    /// are kept only for a service that reads them.
+    /// looked up from its path while the head is parsed, so that the fields are kept only
+    /// for a service that reads them.
     pub(super) fn parse_head(&mut self, dispatcher: &Dispatcher) -> Option<Head> {
         let mut routed = None;
-        let parsed = parse_request_head_for(&self.buf, self.limits.max_header_bytes, |target| {
-            let to = dispatcher.route(target);
+        let parsed = parse_request_head_for(&self.buf, self.limits.max_header_bytes, |path| {
+            let to = dispatcher.route(path);
             let wants = to.wants_request_fields();
             routed = Some(to);
             wants
@@ -183,7 +183,14 @@ impl<S: Transport> Conn<S> {
                     // Nothing pipelined behind it: the call will wait with no buffer held.
                     spare::give(std::mem::take(&mut self.buf));
                 }
-                Some(Head::Request(request, routed.unwrap_or(Routed::Later)))
+                match routed {
+                    Some(routed) => Some(Head::Request(request, routed)),
+                    // A complete head has had its path asked about: not reached.
+                    None => {
+                        let to = dispatcher.route(request.uri.path());
+                        Some(Head::Request(request, to))
+                    }
+                }
             }
             Err(error @ (MessageError::TooLarge { .. } | MessageError::TooManyHeaders { .. })) => {
                 Some(Head::Bad(
