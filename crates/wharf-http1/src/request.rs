@@ -10,10 +10,9 @@
 
 use std::mem::MaybeUninit;
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri, Version};
-
-use bytes::Bytes;
 
 use crate::error::MessageError;
 use crate::fields::{
