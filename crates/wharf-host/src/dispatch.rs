@@ -63,10 +63,7 @@ impl Dispatcher {
     /// Starts one call: 404 when no service is mounted at the path, else
     /// the service's own call.
     pub(crate) fn call(&self, request: Request<RequestBody>) -> CallFuture {
-        match self.current().find(request.uri().path()) {
-            Some(mounted) => mounted.service.call(request),
-            None => not_found(&request),
-        }
+        self.route(request.uri().path()).call(request)
     }
 
     /// The current services. One read lock per call to take them; a reload swaps them

@@ -104,8 +104,14 @@ impl HostService {
     /// of its fields, and `headers()` is empty, unless the request has a field the host's
     /// own rules read (`connection`, `transfer-encoding`, `content-length`, `expect`; see
     /// `wharf_http1::request::parse_request_head_for`). HTTP/2 requests keep their map.
-    pub fn without_request_fields(mut self) -> Self {
-        self.reads_request_fields = false;
+    pub fn without_request_fields(self) -> Self {
+        self.reading_request_fields(false)
+    }
+
+    /// The same service, reading the request's header fields or not as `reads` says: for a
+    /// service made around another (the host's layers), which reads what that one reads.
+    pub(crate) fn reading_request_fields(mut self, reads: bool) -> Self {
+        self.reads_request_fields = reads;
         self
     }
 

@@ -54,12 +54,8 @@ pub(crate) fn hosted(
         throttle: Throttle::new(bulkhead, service_metrics),
         service,
     });
-    let hosted = HostService::new(move |request| stack.call(request));
-    if reads_request_fields {
-        hosted
-    } else {
-        hosted.without_request_fields()
-    }
+    HostService::new(move |request| stack.call(request))
+        .reading_request_fields(reads_request_fields)
 }
 
 /// A service and its layers.

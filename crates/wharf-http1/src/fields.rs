@@ -9,16 +9,15 @@ use crate::error::MessageError;
 
 /// The header map of a parsed head. `buf` is what the parser read and `len` the head's
 /// length in it: the head is copied once into a buffer of exactly that size and every value
-/// points into the copy, so no value keeps a (much larger) read buffer alive. With it,
-/// which of the fields the server reads itself were there ([`FieldsSeen`]).
+/// points into the copy, so no value keeps a (much larger) read buffer alive.
 pub(crate) fn header_map(
     buf: &[u8],
     len: usize,
     slots: &[httparse::Header<'_>],
-) -> Result<(Bytes, HeaderMap, FieldsSeen), MessageError> {
+) -> Result<(Bytes, HeaderMap), MessageError> {
     let head = Bytes::copy_from_slice(&buf[..len]);
-    let (headers, seen) = header_map_in(&head, buf, slots)?;
-    Ok((head, headers, seen))
+    let headers = header_map_in(&head, buf, slots)?;
+    Ok((head, headers))
 }
 
 /// [`header_map`] with the head already copied out of `buf` into `head`.
@@ -26,21 +25,20 @@ pub(crate) fn header_map_in(
     head: &Bytes,
     buf: &[u8],
     slots: &[httparse::Header<'_>],
-) -> Result<(HeaderMap, FieldsSeen), MessageError> {
+) -> Result<HeaderMap, MessageError> {
     let mut headers = crate::recycle::header_map_with_capacity(slots.len());
-    let mut seen = FieldsSeen::default();
     for slot in slots {
         let name = HeaderName::from_bytes(slot.name.as_bytes())
             .map_err(|_| MessageError::Malformed(format!("header name {:?}", slot.name)))?;
         let value = HeaderValue::from_maybe_shared(slice_of(head, buf, slot.value))
             .map_err(|_| MessageError::Malformed(format!("value of header {name}")))?;
-        seen.note(&name);
         headers.append(name, value);
     }
-    Ok((headers, seen))
+    Ok(headers)
 }
 
-/// Which of the fields a server reads itself were in a head, noted as its map was built.
+/// Which of the fields a server reads itself were in a head, read from the parser's names
+/// ([`FieldsSeen::of_slots`]), whether or not a map of them is built.
 ///
 /// Why: most requests carry a `host` and none of the others, and each question put to the
 /// map (how many hosts? any `connection`, `transfer-encoding`, `content-length`,
@@ -65,8 +63,7 @@ pub(crate) struct FieldsSeen {
 }
 
 impl FieldsSeen {
-    /// The notes of a head's `slots` read straight from the parser's names, for a reader
-    /// that builds no map of them.
+    /// The notes of a head's `slots`, from the parser's names (any case).
     pub(crate) fn of_slots(slots: &[httparse::Header<'_>]) -> Self {
         use crate::relay::field_is;
         let mut seen = FieldsSeen::default();
@@ -91,20 +88,6 @@ impl FieldsSeen {
     /// there: those rules read it from the map.
     pub(crate) fn has_rule_fields(&self) -> bool {
         self.connection || self.transfer_encoding || self.content_length || self.expect
-    }
-
-    fn note(&mut self, name: &HeaderName) {
-        if name == header::HOST {
-            self.hosts += 1;
-        } else if name == header::CONNECTION {
-            self.connection = true;
-        } else if name == header::TRANSFER_ENCODING {
-            self.transfer_encoding = true;
-        } else if name == header::CONTENT_LENGTH {
-            self.content_length = true;
-        } else if name == header::EXPECT {
-            self.expect = true;
-        }
     }
 }
 

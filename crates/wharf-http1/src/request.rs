@@ -226,14 +226,11 @@ pub fn parse_request_head_for(
     let head = Bytes::copy_from_slice(&buf[..len]);
     let uri = Uri::from_maybe_shared(slice_of(&head, buf, path.as_bytes()))
         .map_err(|_| MessageError::Malformed(format!("request target {path:?}")))?;
-    let bare = if wants_fields(uri.path()) {
-        None
+    let seen = FieldsSeen::of_slots(request.headers);
+    let mut headers = if wants_fields(uri.path()) || seen.has_rule_fields() {
+        header_map_in(&head, buf, request.headers)?
     } else {
-        Some(FieldsSeen::of_slots(request.headers)).filter(|seen| !seen.has_rule_fields())
-    };
-    let (mut headers, seen) = match bare {
-        Some(seen) => (crate::recycle::header_map_with_capacity(0), seen),
-        None => header_map_in(&head, buf, request.headers)?,
+        crate::recycle::header_map_with_capacity(0)
     };
     let hosts = seen.hosts;
     if hosts > 1 || (hosts == 0 && version == Version::HTTP_11) {

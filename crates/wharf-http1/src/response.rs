@@ -111,7 +111,7 @@ pub fn parse_response_head(
     };
     let (headers, relayed, framing, keep_alive) = match fields {
         HeadFields::All => {
-            let (_head, mut headers, _seen) = header_map(buf, len, response.headers)?;
+            let (_head, mut headers) = header_map(buf, len, response.headers)?;
             let (framing, keep_alive) = framing(method, status, version, &mut headers)?;
             (headers, None, framing, keep_alive)
         }

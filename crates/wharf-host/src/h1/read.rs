@@ -183,14 +183,9 @@ impl<S: Transport> Conn<S> {
                     // Nothing pipelined behind it: the call will wait with no buffer held.
                     spare::give(std::mem::take(&mut self.buf));
                 }
-                match routed {
-                    Some(routed) => Some(Head::Request(request, routed)),
-                    // A complete head has had its path asked about: not reached.
-                    None => {
-                        let to = dispatcher.route(request.uri.path());
-                        Some(Head::Request(request, to))
-                    }
-                }
+                // A complete head has had its path asked about; routed from the URI if not.
+                let routed = routed.unwrap_or_else(|| dispatcher.route(request.uri.path()));
+                Some(Head::Request(request, routed))
             }
             Err(error @ (MessageError::TooLarge { .. } | MessageError::TooManyHeaders { .. })) => {
                 Some(Head::Bad(
