@@ -59,7 +59,7 @@ pub use scenarios::throughput::ThroughputConfig;
 pub use scenarios::Scenario;
 pub use stats::{ErrorCounts, Latency};
 
-use crate::client::Endpoint;
+use crate::client::{stamping_on, Endpoint, StampingOn};
 use crate::progress::Progress;
 use crate::report::TargetRounds;
 use crate::rusage::{CpuClock, LoadMeter};
@@ -219,6 +219,11 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
              hold: calls beyond it fail as connect errors (raise `ulimit -n`)"
         ));
     }
+    let _stamping = if bench.scenario.stamps_arrivals() {
+        hold_stamping_on(&mut notes).await
+    } else {
+        None
+    };
     let mut prepared = Vec::with_capacity(bench.targets.len());
     for target in &bench.targets {
         let fast = match &target.fast_url {
@@ -296,6 +301,34 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
         notes: Vec::new(),
     };
     Ok(report::build(report, collected, notes))
+}
+
+/// Has the kernel stamp received segments for the run's length, so that its first calls'
+/// arrivals are stamped too (`client/stamped.rs`). Where it does not, the calls are timed to
+/// their reads, later than their arrivals, and a note says so.
+async fn hold_stamping_on(notes: &mut Vec<String>) -> Option<StampingOn> {
+    let unstamped = "calls are timed to when the client read their responses, not to their arrival";
+    match tokio::task::spawn_blocking(|| stamping_on(Duration::from_secs(2))).await {
+        Ok(Ok(stamping)) if stamping.seen => Some(stamping),
+        Ok(Ok(_)) => {
+            notes.push(format!(
+                "the kernel did not stamp received segments within 2 s: {unstamped}"
+            ));
+            None
+        }
+        Ok(Err(e)) => {
+            notes.push(format!(
+                "receive timestamps could not be switched on ({e}): {unstamped}"
+            ));
+            None
+        }
+        Err(e) => {
+            notes.push(format!(
+                "switching receive timestamps on failed ({e}): {unstamped}"
+            ));
+            None
+        }
+    }
 }
 
 fn check(bench: &Bench) -> Result<(), BenchError> {

@@ -36,7 +36,7 @@ use tokio::net::TcpStream;
 pub(crate) use endpoint::{Endpoint, Req};
 pub use response::ResponseError;
 use response::ResponseReader;
-pub(crate) use stamped::stamped_fresh_call;
+pub(crate) use stamped::{stamped_fresh_call, stamping_on, StampingOn};
 
 /// The placeholder replaced by the call's sequence number in a URL template.
 pub const CALL_NUMBER: &str = "{n}";

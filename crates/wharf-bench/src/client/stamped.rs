@@ -17,6 +17,11 @@
 //!
 //! The response is read and checked as by [`Conn::call`](super::Conn::call): the whole body,
 //! 2xx or a [`CallError`].
+//!
+//! Linux stamps received segments only while some socket asks for stamps, and it switches
+//! that on from a work queue, some time after the first socket asks: segments that arrive
+//! before then carry no stamp, and a TCP read of them gives none. A run that times calls
+//! this way first holds stamping on ([`stamping_on`]) so that its first calls are stamped too.
 
 use std::io;
 use std::net::SocketAddr;
@@ -147,6 +152,44 @@ impl AsyncRead for StampedRead<'_> {
     }
 }
 
+/// Keeps the kernel stamping received segments while it lives: a loopback connection whose
+/// client end asked for stamps.
+pub(crate) struct StampingOn {
+    /// Whether a segment was seen stamped before [`stamping_on`] returned.
+    pub(crate) seen: bool,
+    _client: std::net::TcpStream,
+    _server: std::net::TcpStream,
+}
+
+/// Asks the kernel to stamp received segments and waits, up to `within`, until one arrives
+/// stamped (`seen`): a byte is sent over a loopback connection every millisecond until its
+/// read comes with a stamp. Blocking; errors are the sockets'.
+pub(crate) fn stamping_on(within: Duration) -> io::Result<StampingOn> {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+    socket::setsockopt(&client, sockopt::ReceiveTimestampns, &true)?;
+    let (mut server, _) = listener.accept()?;
+    let deadline = std::time::Instant::now() + within;
+    let mut seen = false;
+    while !seen {
+        server.write_all(b".")?;
+        let (_, stamp) = recv_stamped(client.as_raw_fd(), &mut [0u8; 16])?;
+        seen = stamp.is_some();
+        if !seen {
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(StampingOn {
+        seen,
+        _client: client,
+        _server: server,
+    })
+}
+
 /// One `recvmsg` into `into`: the bytes read and the kernel's receive timestamp of the last
 /// segment among them (`SCM_TIMESTAMPNS`), if it gave one.
 fn recv_stamped(fd: RawFd, into: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
@@ -213,6 +256,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_arrival_is_the_kernels_stamp_not_the_read() {
+        // Without it the response may arrive before the kernel has switched stamping on.
+        let stamping = tokio::task::spawn_blocking(|| stamping_on(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(stamping.seen, "the kernel never stamped a segment");
         let (listener, endpoint) = listener().await;
         let mut conn = connect_sending(endpoint.addr(), &endpoint.request(0))
             .await

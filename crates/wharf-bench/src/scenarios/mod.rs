@@ -89,6 +89,12 @@ impl Scenario {
         }
     }
 
+    /// Whether its calls are timed to their responses' kernel-stamped arrival
+    /// ([`StampedCall`]).
+    pub(crate) fn stamps_arrivals(&self) -> bool {
+        matches!(self, Scenario::Responsiveness(_) | Scenario::Burst(_))
+    }
+
     /// Refuses settings that cannot run; `target` is checked for what the scenario needs.
     pub(crate) fn check(&self, target: &crate::Target) -> Result<(), BenchError> {
         let missing = |what: &str| {
