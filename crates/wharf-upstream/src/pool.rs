@@ -8,7 +8,9 @@
 //! `idle_timeout` are closed: by the next call for that key, or by the sweep
 //! ([`IdlePool::spawn_sweeper`]) when no call comes. Nothing here polls an idle connection:
 //! it costs its socket and a few dozen bytes and no task; the read buffer it kept from its
-//! last exchange is given back by the next sweep.
+//! last exchange is given back by the next sweep. A pool that holds nothing (no idle
+//! connection, no upstream being connected to or waited for) has nothing to sweep: its
+//! sweeper sleeps without a timer until a call comes, so an unused gateway is not woken.
 //!
 //! New connections are opened a few at a time per upstream ([`IdlePool::acquire`]): a call
 //! that finds no idle connection opens one if fewer than `max_connecting_per_key` are being
@@ -160,6 +162,15 @@ fn upstream_entry<'a>(
 pub struct IdlePool {
     limits: PoolLimits,
     slots: Mutex<Slots>,
+    /// Wakes the sweeper sleeping on an empty pool: a first upstream came in, or the pool
+    /// is gone (then the sweeper ends).
+    sweeper_wake: Arc<Notify>,
+}
+
+impl Drop for IdlePool {
+    fn drop(&mut self) {
+        self.sweeper_wake.notify_one();
+    }
 }
 
 impl std::fmt::Debug for IdlePool {
@@ -196,6 +207,7 @@ impl IdlePool {
         Arc::new(Self {
             limits,
             slots: Mutex::new(Slots::default()),
+            sweeper_wake: Arc::new(Notify::new()),
         })
     }
 
@@ -239,13 +251,16 @@ impl IdlePool {
     pub fn try_acquire(self: &Arc<Self>, key: &str) -> Option<Checkout> {
         let now = Instant::now();
         let mut closed = Vec::new();
-        let checkout = {
+        let (checkout, first) = {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
+            let first = by_key.is_empty();
             let (key, upstream) = upstream_entry(by_key, key);
-            self.take_or_permit(key, upstream, total, now, &mut closed, false)
+            let checkout = self.take_or_permit(key, upstream, total, now, &mut closed, false);
+            (checkout, first)
         };
         drop(closed);
+        self.wake_sweeper_if(first);
         checkout
     }
 
@@ -262,9 +277,11 @@ impl IdlePool {
             let was_waiting = waiting.take().map(Waiting::disarm).is_some();
             let now = Instant::now();
             let mut closed = Vec::new();
+            let first;
             let next = {
                 let mut slots = self.lock();
                 let Slots { by_key, total } = &mut *slots;
+                first = by_key.is_empty();
                 let (key, upstream) = upstream_entry(by_key, key);
                 if was_waiting {
                     upstream.waiting = upstream.waiting.saturating_sub(1);
@@ -295,6 +312,7 @@ impl IdlePool {
                 }
             };
             drop(closed);
+            self.wake_sweeper_if(first);
             match next {
                 Next::Done(checkout, pass_on) => {
                     if let Some(wake) = pass_on {
@@ -366,9 +384,11 @@ impl IdlePool {
     fn check_in(&self, key: &Arc<str>, connection: Connection) {
         let mut surplus = None;
         let wake;
+        let first;
         {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
+            first = by_key.is_empty();
             let upstream = by_key.entry(key.clone()).or_default();
             if upstream.idle.len() >= self.limits.max_idle_per_key {
                 // Keep the newest: the oldest is the likeliest to be closed by the upstream.
@@ -378,6 +398,7 @@ impl IdlePool {
             if *total >= self.limits.max_idle_total {
                 drop(slots);
                 drop(surplus);
+                self.wake_sweeper_if(first);
                 return; // `connection` is closed here, outside the lock
             }
             upstream.idle.push(Idle {
@@ -388,8 +409,17 @@ impl IdlePool {
             wake = (upstream.waiting > 0).then(|| upstream.wake.clone());
         }
         drop(surplus);
+        self.wake_sweeper_if(first);
         if let Some(wake) = wake {
             wake.notify_one();
+        }
+    }
+
+    /// Wakes the sweeper when `first` (the pool held nothing before this call's upstream
+    /// came in): it sleeps without a timer while the pool is empty.
+    fn wake_sweeper_if(&self, first: bool) {
+        if first {
+            self.sweeper_wake.notify_one();
         }
     }
 
@@ -424,21 +454,30 @@ impl IdlePool {
         drop(closed);
     }
 
-    /// Sweeps every `every` in a task of the current tokio runtime, for as long as the pool
-    /// exists; without a runtime (a pool built outside one) there is no sweeper and idle
-    /// connections are only closed when their key is used again.
+    /// Sweeps every `every` in a task of the current tokio runtime while the pool holds
+    /// anything, for as long as the pool exists; without a runtime (a pool built outside
+    /// one) there is no sweeper and idle connections are only closed when their key is used
+    /// again.
+    ///
+    /// While the pool holds nothing the sweeper waits, with no timer, for the call that
+    /// brings in an upstream: an idle process is not woken for a sweep with nothing to do
+    /// (seed 001's idle gateway; every service has its pools, every core its own).
     pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!("no tokio runtime: idle upstream connections are not swept");
             return;
         };
         let pool: Weak<IdlePool> = Arc::downgrade(self);
+        let wake = self.sweeper_wake.clone();
         runtime.spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticks.tick().await;
-            loop {
-                ticks.tick().await;
+            // Ends once the pool is gone (its drop wakes a sleeping sweeper to see it).
+            while let Some(empty) = pool.upgrade().map(|pool| pool.lock().by_key.is_empty()) {
+                if empty {
+                    // A wake-up given since the look above is kept by the `Notify`.
+                    wake.notified().await;
+                    continue;
+                }
+                tokio::time::sleep(every).await;
                 let Some(pool) = pool.upgrade() else { break };
                 pool.sweep();
             }
@@ -534,6 +573,70 @@ mod tests {
         match pool.try_acquire("up") {
             Some(Checkout::Idle(_, connection)) => assert_eq!(connection.buf.capacity(), 0),
             other => panic!("expected the idle connection, got {other:?}"),
+        }
+    }
+
+    const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweeper_sleeps_while_the_pool_holds_nothing_and_wakes_for_a_call() {
+        let pool = IdlePool::new(LIMITS);
+        pool.spawn_sweeper(SWEEP_EVERY);
+        tokio::task::yield_now().await;
+        // An upstream put in behind the pool's back, without the wake-up its calls give:
+        // a sweeper that ticked would forget it (nothing is held for it).
+        pool.lock()
+            .by_key
+            .insert(Arc::from("planted"), Upstream::default());
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(
+            pool.lock().by_key.contains_key("planted"),
+            "the sweeper of an empty pool swept"
+        );
+        pool.lock().by_key.clear();
+
+        // A call's upstream wakes it: within a tick the upstream, unused again, is forgotten.
+        drop(expect_connect(pool.try_acquire("up")));
+        assert!(pool.lock().by_key.contains_key("up"));
+        tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
+        assert!(
+            pool.lock().by_key.is_empty(),
+            "the woken sweeper did not sweep within a tick"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_returned_connection_wakes_the_sweeper_which_gives_back_its_buffer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = IdlePool::new(LIMITS);
+        pool.spawn_sweeper(SWEEP_EVERY);
+        tokio::task::yield_now().await;
+        // The pool holds nothing until the connection comes back (`check_out` adds no key).
+        let (slot, _) = pool.check_out("up");
+        let (mut connection, _server_end) = open_connection(&listener).await;
+        connection.buf.reserve(8 * 1024);
+        slot.check_in(connection);
+        tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
+        let slots = pool.lock();
+        let kept = &slots.by_key["up"].idle;
+        assert_eq!(kept.len(), 1, "a fresh, open connection stays");
+        assert_eq!(kept[0].connection.buf.capacity(), 0, "its buffer was kept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweeper_ends_with_its_pool() {
+        let metrics = tokio::runtime::Handle::current().metrics();
+        for holding in [false, true] {
+            let pool = IdlePool::new(LIMITS);
+            pool.spawn_sweeper(SWEEP_EVERY);
+            // Asleep without a timer (an empty pool) or on its tick (a pool in use).
+            let permit = holding.then(|| expect_connect(pool.try_acquire("up")));
+            tokio::task::yield_now().await;
+            assert_eq!(metrics.num_alive_tasks(), 1);
+            drop(permit);
+            drop(pool);
+            tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
+            assert_eq!(metrics.num_alive_tasks(), 0, "holding: {holding}");
         }
     }
 
