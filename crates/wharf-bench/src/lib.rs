@@ -307,28 +307,16 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
 /// arrivals are stamped too (`client/stamped.rs`). Where it does not, the calls are timed to
 /// their reads, later than their arrivals, and a note says so.
 async fn hold_stamping_on(notes: &mut Vec<String>) -> Option<StampingOn> {
-    let unstamped = "calls are timed to when the client read their responses, not to their arrival";
-    match tokio::task::spawn_blocking(|| stamping_on(Duration::from_secs(2))).await {
-        Ok(Ok(stamping)) if stamping.seen => Some(stamping),
-        Ok(Ok(_)) => {
-            notes.push(format!(
-                "the kernel did not stamp received segments within 2 s: {unstamped}"
-            ));
-            None
-        }
-        Ok(Err(e)) => {
-            notes.push(format!(
-                "receive timestamps could not be switched on ({e}): {unstamped}"
-            ));
-            None
-        }
-        Err(e) => {
-            notes.push(format!(
-                "switching receive timestamps on failed ({e}): {unstamped}"
-            ));
-            None
-        }
-    }
+    let why = match tokio::task::spawn_blocking(|| stamping_on(Duration::from_secs(2))).await {
+        Ok(Ok(stamping)) if stamping.seen => return Some(stamping),
+        Ok(Ok(_)) => "the kernel did not stamp received segments within 2 s".to_owned(),
+        Ok(Err(e)) => format!("receive timestamps could not be switched on ({e})"),
+        Err(e) => format!("switching receive timestamps on failed ({e})"),
+    };
+    notes.push(format!(
+        "{why}: calls are timed to when the client read their responses, not to their arrival"
+    ));
+    None
 }
 
 fn check(bench: &Bench) -> Result<(), BenchError> {
