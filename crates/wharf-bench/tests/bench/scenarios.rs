@@ -123,7 +123,10 @@ async fn burst_of_50_is_served_whole() {
     assert!(p99 > 0.0 && p99 <= p99_read, "{p99} vs {p99_read}");
     // The run held the kernel's stamping on, so no note says calls were timed to reads.
     assert!(
-        !report.notes.iter().any(|note| note.contains("timed to when")),
+        !report
+            .notes
+            .iter()
+            .any(|note| note.contains("timed to when")),
         "{:?}",
         report.notes
     );
