@@ -99,6 +99,7 @@ fn defaults_filled() {
     assert_eq!(server.idle_timeout, Duration::from_secs(60));
     assert_eq!(server.shutdown_timeout, Duration::from_secs(30));
     assert!(!server.cpu_steering);
+    assert!(!server.splice_bodies, "bodies are copied by default");
     assert_eq!(
         server.busy_poll,
         Duration::ZERO,
@@ -154,6 +155,7 @@ max_connections = 50
 max_header_bytes = 16384
 cpu_steering = true
 busy_poll_us = 50
+splice_bodies = true
 
 [services.orders]
 type = "route"
@@ -188,6 +190,7 @@ strategy = "round_robin"
     assert_eq!(config.server.max_connections, 50);
     assert_eq!(config.server.max_header_bytes, 16384);
     assert!(config.server.cpu_steering);
+    assert!(config.server.splice_bodies);
     assert_eq!(config.server.busy_poll, Duration::from_micros(50));
 
     let service = config.service("orders").expect("orders");
@@ -360,6 +363,11 @@ fn wrong_toml_type() {
     let p = problem("[server]\nbusy_poll_us = \"50us\"\n");
     assert!(
         p.starts_with("wharf.toml:2: server.busy_poll_us: expected an integer"),
+        "{p}"
+    );
+    let p = problem("[server]\nsplice_bodies = \"yes\"\n");
+    assert!(
+        p.starts_with("wharf.toml:2: server.splice_bodies: expected a boolean"),
         "{p}"
     );
     let p = problem("[server]\ncpu_steering = 1\n");

@@ -76,8 +76,9 @@ impl ResponseBody {
     }
 
     /// A body whose bytes may go from the socket they arrive on to the client's without
-    /// passing through user space ([`SpliceBody`]): the host's HTTP/1.1 writer splices them
-    /// to a plain socket when the body says it can; anything else reads its frames.
+    /// passing through user space ([`SpliceBody`]): with `server.splice_bodies`, the host's
+    /// HTTP/1.1 writer splices them to a plain socket when the body says it can; anything
+    /// else reads its frames.
     pub fn spliced<B: SpliceBody + 'static>(body: Pin<Box<B>>) -> Self {
         ResponseBody(Kind::Spliced(SplicedBody {
             body,

@@ -39,6 +39,8 @@ pub(crate) type Held = (SessionGuard, OwnedSemaphorePermit, Option<OpenSession>)
 pub(crate) struct SessionLimits {
     pub(crate) header_read_timeout: Duration,
     pub(crate) idle_timeout: Duration,
+    /// `server.splice_bodies`.
+    pub(crate) splice_bodies: bool,
 }
 
 /// What every session task needs.
@@ -56,6 +58,7 @@ impl SessionParts {
             header_read_timeout: self.limits.header_read_timeout,
             idle_timeout: self.limits.idle_timeout,
             max_header_bytes: self.dispatcher.max_header_bytes,
+            splice_bodies: self.limits.splice_bodies,
         }
     }
 }

@@ -523,6 +523,7 @@ fn session_limits(server: &ServerConfig) -> SessionLimits {
     SessionLimits {
         header_read_timeout: server.header_read_timeout,
         idle_timeout: server.idle_timeout,
+        splice_bodies: server.splice_bodies,
     }
 }
 
@@ -620,5 +621,16 @@ mod tests {
         let _client = client.unwrap();
         let (server_side, _) = accepted.unwrap();
         assert!(server_side.nodelay().unwrap());
+    }
+
+    #[test]
+    fn the_sessions_splice_bodies_as_the_config_says() {
+        for splice_bodies in [false, true] {
+            let server = ServerConfig {
+                splice_bodies,
+                ..ServerConfig::default()
+            };
+            assert_eq!(session_limits(&server).splice_bodies, splice_bodies);
+        }
     }
 }

@@ -193,7 +193,8 @@ fn incomplete(target: &Target, total_timeout: Duration) -> ProxyError {
 }
 
 /// An origin body, boxed already, for the client: spliced from the origin's socket to the
-/// client's where both are plain sockets (see [`SpliceBody`]), read as frames elsewhere.
+/// client's where both are plain sockets and `server.splice_bodies` is on (see
+/// [`SpliceBody`]), read as frames elsewhere.
 pub(crate) fn relay(body: Pin<Box<OriginBody>>) -> ResponseBody {
     ResponseBody::spliced(body)
 }

@@ -3,8 +3,8 @@
 //! back to the pool only when the body was read to the end, see
 //! [`wharf_upstream::ResponseBody`]). Past the bytes read with the head, a
 //! body of a stated length goes from the backend's socket to the client's by
-//! `splice(2)` where both are plain sockets ([`SpliceBody`]), as the proxy's
-//! pass-through bodies do.
+//! `splice(2)` where both are plain sockets and `server.splice_bodies` is on
+//! ([`SpliceBody`]), as the proxy's pass-through bodies do.
 
 use std::os::fd::BorrowedFd;
 use std::pin::Pin;

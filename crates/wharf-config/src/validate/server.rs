@@ -153,6 +153,7 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         defaults::BUSY_POLL_US,
         0..=defaults::MAX_BUSY_POLL_US,
     ));
+    let splice_bodies = raw.splice_bodies.as_ref().is_some_and(|v| *v.get_ref());
     let tls = tls(c, raw);
     let listen_unix = raw.listen_unix.as_ref().and_then(|path| {
         let value = path.get_ref();
@@ -194,5 +195,6 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         shutdown_timeout,
         cpu_steering,
         busy_poll,
+        splice_bodies,
     }
 }

@@ -75,6 +75,8 @@ pub(crate) struct Limits {
     pub(crate) header_read_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_header_bytes: usize,
+    /// `server.splice_bodies`: spliceable response bodies go through a pipe.
+    pub(crate) splice_bodies: bool,
 }
 
 /// How a connection ended.

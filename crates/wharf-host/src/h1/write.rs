@@ -149,7 +149,8 @@ impl<S: Transport> Conn<S> {
         };
         let body = (!no_body).then_some(body);
         let chunked = framing == ResponseFraming::Chunked;
-        let writer = MessageWriter::new(head, body, declared, chunked, self.limits.idle_timeout);
+        let writer = MessageWriter::new(head, body, declared, chunked, self.limits.idle_timeout)
+            .splicing(self.limits.splice_bodies);
         (writer, keep_alive)
     }
 
@@ -221,7 +222,8 @@ pub(super) struct MessageWriter {
     /// The pipe a spliced body goes through (see [`MessageWriter::splice_part`]); `None`
     /// until the first splice, or when none could be had.
     pipe: Option<Pipe>,
-    /// No pipe could be had: the body is written as frames.
+    /// No pipe could be had, or splicing is off (`server.splice_bodies`): the body is
+    /// written as frames.
     no_pipe: bool,
 }
 
@@ -257,6 +259,13 @@ impl MessageWriter {
             pipe: None,
             no_pipe: false,
         }
+    }
+
+    /// Whether a spliceable body may go through a pipe (`server.splice_bodies`; on unless
+    /// said otherwise): off, it is read and written as frames.
+    fn splicing(mut self, on: bool) -> Self {
+        self.no_pipe = !on;
+        self
     }
 
     /// Writes what it can; `Ready(true)` once the whole message is out, `Ready(false)` when
@@ -1070,6 +1079,22 @@ mod tests {
             dropped.load(Ordering::SeqCst),
             "the guard goes with the last byte"
         );
+    }
+
+    #[tokio::test]
+    async fn with_splicing_off_a_spliceable_body_is_read_and_written() {
+        let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let spliced = ResponseBody::spliced(Box::pin(SocketBody {
+            ahead: None,
+            source: source_sending(body.clone()).await,
+            remaining: body.len() as u64,
+        }));
+        let writer = file_writer(HEAD, spliced, body.len() as u64).splicing(false);
+        let out = over_tcp(writer).await;
+        assert!(out.whole);
+        assert!(out.received == [HEAD, &body[..]].concat());
+        assert_eq!(out.sent_from_pipe, 0);
+        assert_eq!(out.written, HEAD.len() + body.len());
     }
 
     #[tokio::test]
