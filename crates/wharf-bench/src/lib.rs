@@ -308,8 +308,8 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
 /// their reads, later than their arrivals, and a note says so.
 async fn hold_stamping_on(notes: &mut Vec<String>) -> Option<StampingOn> {
     let why = match tokio::task::spawn_blocking(|| stamping_on(Duration::from_secs(2))).await {
-        Ok(Ok(stamping)) if stamping.seen => return Some(stamping),
-        Ok(Ok(_)) => "the kernel did not stamp received segments within 2 s".to_owned(),
+        Ok(Ok(Some(stamping))) => return Some(stamping),
+        Ok(Ok(None)) => "the kernel did not stamp received segments within 2 s".to_owned(),
         Ok(Err(e)) => format!("receive timestamps could not be switched on ({e})"),
         Err(e) => format!("switching receive timestamps on failed ({e})"),
     };

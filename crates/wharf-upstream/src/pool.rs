@@ -251,16 +251,14 @@ impl IdlePool {
     pub fn try_acquire(self: &Arc<Self>, key: &str) -> Option<Checkout> {
         let now = Instant::now();
         let mut closed = Vec::new();
-        let (checkout, first) = {
+        let checkout = {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
-            let first = by_key.is_empty();
+            self.wake_sweeper_if_empty(by_key);
             let (key, upstream) = upstream_entry(by_key, key);
-            let checkout = self.take_or_permit(key, upstream, total, now, &mut closed, false);
-            (checkout, first)
+            self.take_or_permit(key, upstream, total, now, &mut closed, false)
         };
         drop(closed);
-        self.wake_sweeper_if(first);
         checkout
     }
 
@@ -277,11 +275,10 @@ impl IdlePool {
             let was_waiting = waiting.take().map(Waiting::disarm).is_some();
             let now = Instant::now();
             let mut closed = Vec::new();
-            let first;
             let next = {
                 let mut slots = self.lock();
                 let Slots { by_key, total } = &mut *slots;
-                first = by_key.is_empty();
+                self.wake_sweeper_if_empty(by_key);
                 let (key, upstream) = upstream_entry(by_key, key);
                 if was_waiting {
                     upstream.waiting = upstream.waiting.saturating_sub(1);
@@ -312,7 +309,6 @@ impl IdlePool {
                 }
             };
             drop(closed);
-            self.wake_sweeper_if(first);
             match next {
                 Next::Done(checkout, pass_on) => {
                     if let Some(wake) = pass_on {
@@ -384,11 +380,10 @@ impl IdlePool {
     fn check_in(&self, key: &Arc<str>, connection: Connection) {
         let mut surplus = None;
         let wake;
-        let first;
         {
             let mut slots = self.lock();
             let Slots { by_key, total } = &mut *slots;
-            first = by_key.is_empty();
+            self.wake_sweeper_if_empty(by_key);
             let upstream = by_key.entry(key.clone()).or_default();
             if upstream.idle.len() >= self.limits.max_idle_per_key {
                 // Keep the newest: the oldest is the likeliest to be closed by the upstream.
@@ -398,7 +393,6 @@ impl IdlePool {
             if *total >= self.limits.max_idle_total {
                 drop(slots);
                 drop(surplus);
-                self.wake_sweeper_if(first);
                 return; // `connection` is closed here, outside the lock
             }
             upstream.idle.push(Idle {
@@ -409,16 +403,16 @@ impl IdlePool {
             wake = (upstream.waiting > 0).then(|| upstream.wake.clone());
         }
         drop(surplus);
-        self.wake_sweeper_if(first);
         if let Some(wake) = wake {
             wake.notify_one();
         }
     }
 
-    /// Wakes the sweeper when `first` (the pool held nothing before this call's upstream
-    /// came in): it sleeps without a timer while the pool is empty.
-    fn wake_sweeper_if(&self, first: bool) {
-        if first {
+    /// Under the lock, before an upstream goes into `by_key`: when the pool held nothing,
+    /// wakes its sweeper, which sleeps without a timer while the pool is empty (it looks
+    /// again once the lock is released).
+    fn wake_sweeper_if_empty(&self, by_key: &HashMap<Arc<str>, Upstream>) {
+        if by_key.is_empty() {
             self.sweeper_wake.notify_one();
         }
     }

@@ -155,39 +155,34 @@ impl AsyncRead for StampedRead<'_> {
 /// Keeps the kernel stamping received segments while it lives: a loopback connection whose
 /// client end asked for stamps.
 pub(crate) struct StampingOn {
-    /// Whether a segment was seen stamped before [`stamping_on`] returned.
-    pub(crate) seen: bool,
     _client: std::net::TcpStream,
     _server: std::net::TcpStream,
 }
 
 /// Asks the kernel to stamp received segments and waits, up to `within`, until one arrives
-/// stamped (`seen`): a byte is sent over a loopback connection every millisecond until its
-/// read comes with a stamp. Blocking; errors are the sockets'.
-pub(crate) fn stamping_on(within: Duration) -> io::Result<StampingOn> {
+/// stamped: a byte is sent over a loopback connection every millisecond until its read
+/// comes with a stamp. `None` when none did in time. Blocking; errors are the sockets'.
+pub(crate) fn stamping_on(within: Duration) -> io::Result<Option<StampingOn>> {
     use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let client = std::net::TcpStream::connect(listener.local_addr()?)?;
     socket::setsockopt(&client, sockopt::ReceiveTimestampns, &true)?;
     let (mut server, _) = listener.accept()?;
     let deadline = std::time::Instant::now() + within;
-    let mut seen = false;
-    while !seen {
+    loop {
         server.write_all(b".")?;
         let (_, stamp) = recv_stamped(client.as_raw_fd(), &mut [0u8; 16])?;
-        seen = stamp.is_some();
-        if !seen {
-            if std::time::Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if stamp.is_some() {
+            return Ok(Some(StampingOn {
+                _client: client,
+                _server: server,
+            }));
         }
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(StampingOn {
-        seen,
-        _client: client,
-        _server: server,
-    })
 }
 
 /// One `recvmsg` into `into`: the bytes read and the kernel's receive timestamp of the last
@@ -261,7 +256,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert!(stamping.seen, "the kernel never stamped a segment");
+        assert!(stamping.is_some(), "the kernel never stamped a segment");
         let (listener, endpoint) = listener().await;
         let mut conn = connect_sending(endpoint.addr(), &endpoint.request(0))
             .await
