@@ -51,7 +51,8 @@ impl PoolShards {
         &self.shards[thread_number() % self.shards.len()]
     }
 
-    /// Sweeps every pool every `every` (see [`IdlePool::spawn_sweeper`]).
+    /// Gives every pool its sweeper, at most one sweep per `every` (see
+    /// [`IdlePool::spawn_sweeper`]).
     pub fn spawn_sweepers(&self, every: Duration) {
         for shard in self.shards.iter() {
             shard.spawn_sweeper(every);
