@@ -41,9 +41,7 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub(crate) const MAX_CONNECTING_PER_ORIGIN: usize = 32;
 /// How long a call waits for a connection or a connect slot before it opens one anyway.
 const MAX_CONNECT_WAIT: Duration = Duration::from_millis(1);
-/// The sweep interval: returned connections' read buffers are given back this long after
-/// they came back, and no pool is swept more often (timed-out connections are closed at
-/// their timeout; see `wharf_upstream::IdlePool::spawn_sweeper`).
+/// How often idle connections past their timeout are closed when no call comes.
 const POOL_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Fetches target URLs over a keep-alive pool of SSRF-checked connections.

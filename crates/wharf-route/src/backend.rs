@@ -14,9 +14,7 @@ use crate::pool::{self, Address};
 const MAX_IDLE: usize = 256;
 /// How long an idle backend connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// The sweep interval: returned connections' read buffers are given back this long after
-/// they came back, and no pool is swept more often (timed-out connections are closed at
-/// their timeout; see `wharf_upstream::IdlePool::spawn_sweeper`).
+/// How often idle connections past their timeout are closed when no call comes.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Consecutive failures after which a backend is skipped for a while.

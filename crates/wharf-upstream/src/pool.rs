@@ -8,13 +8,9 @@
 //! `idle_timeout` are closed: by the next call for that key, or by the sweep
 //! ([`IdlePool::spawn_sweeper`]) when no call comes. Nothing here polls an idle connection:
 //! it costs its socket and a few dozen bytes and no task; the read buffer it kept from its
-//! last exchange is given back by the next sweep. The sweeper wakes only when there is
-//! something to do: a sweep interval after a connection came back (to give back its
-//! buffer), and at the oldest idle connection's timeout. A pool that holds nothing (no idle
+//! last exchange is given back by the next sweep. A pool that holds nothing (no idle
 //! connection, no upstream being connected to or waited for) has nothing to sweep: its
-//! sweeper sleeps without a timer until a call comes. So a gateway left idle is woken once
-//! to give back buffers and once to close its timed-out connections, then not at all (seed
-//! 001's idle gateway).
+//! sweeper sleeps without a timer until a call comes, so an unused gateway is not woken.
 //!
 //! New connections are opened a few at a time per upstream ([`IdlePool::acquire`]): a call
 //! that finds no idle connection opens one if fewer than `max_connecting_per_key` are being
@@ -25,13 +21,10 @@
 //! `max_connect_wait`.
 
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 use tokio::sync::Notify;
-// tokio's clock (the same as std's outside paused-time tests): the sweeper sleeps until
-// deadlines computed from these instants.
-use tokio::time::Instant;
 
 use crate::connection::Connection;
 
@@ -74,9 +67,6 @@ struct Slots {
     by_key: HashMap<Arc<str>, Upstream>,
     /// Idle connections over all keys.
     total: usize,
-    /// When the first connection came back since the last sweep: from then on an idle
-    /// connection may hold a read buffer for the sweep to give back.
-    unswept_since: Option<Instant>,
 }
 
 /// Bounds of an [`IdlePool`].
@@ -172,8 +162,8 @@ fn upstream_entry<'a>(
 pub struct IdlePool {
     limits: PoolLimits,
     slots: Mutex<Slots>,
-    /// Wakes the sweeper to look again at when to sweep: a first upstream came in, a first
-    /// connection came back since the last sweep, or the pool is gone (then it ends).
+    /// Wakes the sweeper sleeping on an empty pool: a first upstream came in, or the pool
+    /// is gone (then the sweeper ends).
     sweeper_wake: Arc<Notify>,
 }
 
@@ -241,7 +231,7 @@ impl IdlePool {
         let shared_key;
         {
             let mut slots = self.lock();
-            let Slots { by_key, total, .. } = &mut *slots;
+            let Slots { by_key, total } = &mut *slots;
             shared_key = self::shared_key(by_key, key);
             if let Some(upstream) = by_key.get_mut(key) {
                 found = take_idle(upstream, total, now, self.limits.idle_timeout, &mut closed);
@@ -263,7 +253,7 @@ impl IdlePool {
         let mut closed = Vec::new();
         let checkout = {
             let mut slots = self.lock();
-            let Slots { by_key, total, .. } = &mut *slots;
+            let Slots { by_key, total } = &mut *slots;
             self.wake_sweeper_if_empty(by_key);
             let (key, upstream) = upstream_entry(by_key, key);
             self.take_or_permit(key, upstream, total, now, &mut closed, false)
@@ -287,7 +277,7 @@ impl IdlePool {
             let mut closed = Vec::new();
             let next = {
                 let mut slots = self.lock();
-                let Slots { by_key, total, .. } = &mut *slots;
+                let Slots { by_key, total } = &mut *slots;
                 self.wake_sweeper_if_empty(by_key);
                 let (key, upstream) = upstream_entry(by_key, key);
                 if was_waiting {
@@ -392,18 +382,8 @@ impl IdlePool {
         let wake;
         {
             let mut slots = self.lock();
-            let Slots {
-                by_key,
-                total,
-                unswept_since,
-            } = &mut *slots;
-            let now = Instant::now();
-            if unswept_since.is_none() {
-                // The first since the last sweep (also the first into an empty pool): the
-                // sweeper, maybe asleep until a far idle timeout, sweeps an interval from now.
-                *unswept_since = Some(now);
-                self.sweeper_wake.notify_one();
-            }
+            let Slots { by_key, total } = &mut *slots;
+            self.wake_sweeper_if_empty(by_key);
             let upstream = by_key.entry(key.clone()).or_default();
             if upstream.idle.len() >= self.limits.max_idle_per_key {
                 // Keep the newest: the oldest is the likeliest to be closed by the upstream.
@@ -417,7 +397,7 @@ impl IdlePool {
             }
             upstream.idle.push(Idle {
                 connection,
-                since: now,
+                since: Instant::now(),
             });
             *total += 1;
             wake = (upstream.waiting > 0).then(|| upstream.wake.clone());
@@ -449,12 +429,7 @@ impl IdlePool {
         let mut closed = Vec::new();
         {
             let mut slots = self.lock();
-            let Slots {
-                by_key,
-                total,
-                unswept_since,
-            } = &mut *slots;
-            *unswept_since = None;
+            let Slots { by_key, total } = &mut *slots;
             by_key.retain(|_, upstream| {
                 let idle = &mut upstream.idle;
                 let before = idle.len();
@@ -473,38 +448,14 @@ impl IdlePool {
         drop(closed);
     }
 
-    /// When the next sweep has something to do, as the pool stands (`None`: it holds
-    /// nothing, so only a call can give it work): `every` after the first connection that
-    /// came back since the last sweep (its read buffer), at the oldest idle connection's
-    /// timeout, and for an upstream with no idle connection (being connected to, waited
-    /// for, or unused and to be forgotten) at `earliest`.
-    fn next_sweep(&self, every: Duration, earliest: Instant) -> Option<Instant> {
-        let slots = self.lock();
-        if slots.by_key.is_empty() {
-            return None;
-        }
-        let buffers = slots.unswept_since.map(|since| since + every);
-        let timeouts = slots
-            .by_key
-            .values()
-            .map(|upstream| match upstream.idle.first() {
-                Some(oldest) => oldest.since + self.limits.idle_timeout,
-                None => earliest,
-            });
-        buffers.into_iter().chain(timeouts).min()
-    }
-
-    /// Sweeps in a task of the current tokio runtime for as long as the pool exists, when
-    /// there is something to sweep ([`IdlePool::next_sweep`]) and at most once every
-    /// `every`; without a runtime (a pool built outside one) there is no sweeper and idle
-    /// connections are only closed when their key is used again.
+    /// Sweeps every `every` in a task of the current tokio runtime while the pool holds
+    /// anything, for as long as the pool exists; without a runtime (a pool built outside
+    /// one) there is no sweeper and idle connections are only closed when their key is used
+    /// again.
     ///
-    /// Between sweeps it sleeps until the next one is due, or with no timer while the pool
-    /// holds nothing, and looks again when a call brings in an upstream or the first
-    /// connection comes back since the last sweep: an idle process is not woken for a
-    /// sweep with nothing to do (seed 001's idle gateway; every service has its pools,
-    /// every core its own). A connection the upstream closed meanwhile is found at its
-    /// idle timeout, or by the next call for its key.
+    /// While the pool holds nothing the sweeper waits, with no timer, for the call that
+    /// brings in an upstream: an idle process is not woken for a sweep with nothing to do
+    /// (seed 001's idle gateway; every service has its pools, every core its own).
     pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!("no tokio runtime: idle upstream connections are not swept");
@@ -513,28 +464,16 @@ impl IdlePool {
         let pool: Weak<IdlePool> = Arc::downgrade(self);
         let wake = self.sweeper_wake.clone();
         runtime.spawn(async move {
-            // Since the last sweep, or since the sweeper last woke to a pool that had held
-            // nothing: the sweeps' interval counts from there.
-            let mut since = Instant::now();
-            // Ends once the pool is gone (its drop wakes the sweeper to see it).
-            while let Some(due) = pool
-                .upgrade()
-                .map(|pool| pool.next_sweep(every, since + every))
-            {
-                // A wake-up given since the look above is kept by the `Notify`.
-                let Some(due) = due else {
+            // Ends once the pool is gone (its drop wakes a sleeping sweeper to see it).
+            while let Some(empty) = pool.upgrade().map(|pool| pool.lock().by_key.is_empty()) {
+                if empty {
+                    // A wake-up given since the look above is kept by the `Notify`.
                     wake.notified().await;
-                    since = Instant::now();
                     continue;
-                };
-                tokio::select! {
-                    () = tokio::time::sleep_until(due.max(since + every)) => {}
-                    // Look again: a connection came back, maybe sooner to sweep.
-                    () = wake.notified() => continue,
                 }
+                tokio::time::sleep(every).await;
                 let Some(pool) = pool.upgrade() else { break };
                 pool.sweep();
-                since = Instant::now();
             }
         });
     }
@@ -676,75 +615,6 @@ mod tests {
         let kept = &slots.by_key["up"].idle;
         assert_eq!(kept.len(), 1, "a fresh, open connection stays");
         assert_eq!(kept[0].connection.buf.capacity(), 0, "its buffer was kept");
-    }
-
-    /// Checks `connection`, holding a read buffer as a finished exchange leaves it, into
-    /// `pool` under `key`.
-    fn give_back(pool: &Arc<IdlePool>, key: &str, mut connection: Connection) {
-        let (slot, none) = pool.check_out(key);
-        assert!(none.is_none(), "{key} had an idle connection already");
-        connection.buf.reserve(8 * 1024);
-        slot.check_in(connection);
-    }
-
-    /// A key with nothing held, put in behind the pool's back (no call, no wake-up): it
-    /// stays until the next sweep forgets it, so it tells whether one ran.
-    fn plant_sweep_marker(pool: &IdlePool) {
-        pool.lock()
-            .by_key
-            .insert(Arc::from("marker"), Upstream::default());
-    }
-
-    fn swept_since_planted(pool: &IdlePool) -> bool {
-        !pool.lock().by_key.contains_key("marker")
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_idle_pool_sleeps_from_giving_back_buffers_to_its_oldest_timeout() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let pool = IdlePool::new(LIMITS);
-        pool.spawn_sweeper(SWEEP_EVERY);
-        tokio::task::yield_now().await;
-        let (connection, _server_end) = open_connection(&listener).await;
-        give_back(&pool, "up", connection);
-
-        // One sweep an interval after the connection came back gives back its buffer...
-        tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
-        assert_eq!(
-            pool.lock().by_key["up"].idle[0].connection.buf.capacity(),
-            0
-        );
-        // ...and the next is at its idle timeout (30 s after it came back), not a tick later.
-        plant_sweep_marker(&pool);
-        tokio::time::sleep(LIMITS.idle_timeout - SWEEP_EVERY - Duration::from_secs(2)).await;
-        assert!(
-            !swept_since_planted(&pool),
-            "the sweeper woke before the connection's idle timeout"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert!(swept_since_planted(&pool), "no sweep at the idle timeout");
-        assert_eq!(pool.idle_count(), 0, "the timed-out connection is closed");
-        assert!(pool.lock().by_key.is_empty(), "nothing left to sweep");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_back_after_a_sweep_is_swept_an_interval_later() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let pool = IdlePool::new(LIMITS);
-        pool.spawn_sweeper(SWEEP_EVERY);
-        tokio::task::yield_now().await;
-        let (first, _first_end) = open_connection(&listener).await;
-        give_back(&pool, "up", first);
-        tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
-
-        // The sweeper now sleeps until the first connection's timeout (19 s away); one
-        // coming back meanwhile brings the sweep of its buffer forward to an interval.
-        let (second, _second_end) = open_connection(&listener).await;
-        give_back(&pool, "other", second);
-        tokio::time::sleep(SWEEP_EVERY + Duration::from_secs(1)).await;
-        let slots = pool.lock();
-        assert_eq!(slots.by_key["other"].idle[0].connection.buf.capacity(), 0);
-        assert_eq!(slots.total, 2, "both connections are young enough to keep");
     }
 
     #[tokio::test(start_paused = true)]

@@ -51,8 +51,7 @@ impl PoolShards {
         &self.shards[thread_number() % self.shards.len()]
     }
 
-    /// Gives every pool its sweeper, at most one sweep per `every` (see
-    /// [`IdlePool::spawn_sweeper`]).
+    /// Sweeps every pool every `every` (see [`IdlePool::spawn_sweeper`]).
     pub fn spawn_sweepers(&self, every: Duration) {
         for shard in self.shards.iter() {
             shard.spawn_sweeper(every);
