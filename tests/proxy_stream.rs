@@ -136,27 +136,91 @@ async fn a_200_mib_pass_through_streams_at_the_clients_pace() {
         .all(|(i, b)| *b == wharf_testbed::pattern_byte(i as u64)));
 }
 
+/// The proxy service of the body tests below, with `server.splice_bodies` as given.
+fn splicing_proxy(splice_bodies: bool) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         splice_bodies = {splice_bodies}\n\
+         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n"
+    )
+}
+
 #[tokio::test]
 async fn large_pass_through_bodies_arrive_whole_over_one_origin_connection() {
-    // Past the first read of a response, a pass-through body goes from the origin's socket
-    // to the client's by splice(2); the origin connection still goes back to the pool at
-    // the body's end, and the bytes are the origin's.
+    // Past the first read of a response, a pass-through body is copied from the origin's
+    // socket to the client's (the default) or, with `server.splice_bodies`, moved between
+    // them by splice(2); either way the origin connection goes back to the pool at the
+    // body's end, and the bytes are the origin's.
     let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
-    let (origin, accepted) = counting_server(body).await;
-    let wharf = start_wharf(
-        "[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
-    )
-    .await;
-    for i in 0..5 {
-        let target = encode(&format!("http://{origin}/big/{i}"));
-        let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
-        let received = response.bytes();
-        assert_eq!(received.len(), body.len(), "call {i}");
-        assert!(received.as_ref() == body, "call {i}: the origin's bytes");
+    for splice_bodies in [false, true] {
+        let (origin, accepted) = counting_server(body).await;
+        let wharf = start_wharf(&splicing_proxy(splice_bodies)).await;
+        for i in 0..5 {
+            let target = encode(&format!("http://{origin}/big/{i}"));
+            let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
+            let received = response.bytes();
+            assert_eq!(
+                received.len(),
+                body.len(),
+                "splice {splice_bodies}, call {i}"
+            );
+            assert!(
+                received.as_ref() == body,
+                "splice {splice_bodies}, call {i}: the origin's bytes"
+            );
+        }
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "splice {splice_bodies}: each body returned the origin connection for the next call"
+        );
     }
-    assert_eq!(
-        accepted.load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "each spliced body returned the origin connection for the next call"
-    );
+}
+
+/// How many pipes process `pid` holds open (its descriptors that are `pipe:[…]`).
+fn pipes_held(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("pipe:"))
+        .count()
+}
+
+#[tokio::test]
+async fn bodies_go_through_pipes_only_when_splice_bodies_is_set() {
+    // `server.splice_bodies` is the one switch between the two ways of relaying a body: a
+    // spliced body leaves its emptied pipe kept for the thread's next one, a copied body
+    // makes none. Checked on the built binary, whose descriptors are its own (its stderr
+    // to this test is a pipe too, hence the count before the calls).
+    let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
+    let (origin, _) = counting_server(body).await;
+    for splice_bodies in [false, true] {
+        let path = config_file(
+            &format!("splice-bodies-{splice_bodies}"),
+            &splicing_proxy(splice_bodies),
+        );
+        let wharf = WharfProcess::start(&path);
+        let before = pipes_held(wharf.pid());
+        for i in 0..3 {
+            let target = encode(&format!("http://{origin}/big/{i}"));
+            let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
+            assert!(
+                response.bytes().as_ref() == body,
+                "splice {splice_bodies}, call {i}: the origin's bytes"
+            );
+        }
+        let after = pipes_held(wharf.pid());
+        wharf.signal("TERM");
+        let (status, logs) = wharf.wait().await;
+        assert!(status.success(), "{logs}");
+        remove_config_file(&path);
+        if splice_bodies {
+            assert!(
+                after > before,
+                "spliced bodies kept a pipe: {before} → {after}"
+            );
+        } else {
+            assert_eq!(after, before, "copied bodies opened no pipe");
+        }
+    }
 }

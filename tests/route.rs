@@ -373,31 +373,39 @@ async fn sequential_calls_reuse_one_backend_connection() {
 
 #[tokio::test]
 async fn large_bodies_arrive_whole_over_one_backend_connection() {
-    // Past the first read of a response, a routed body goes from the backend's socket to
-    // the client's by splice(2), as the proxy's pass-through bodies do; the backend
-    // connection still goes back to the pool at the body's end, and the bytes are the
-    // backend's.
+    // Past the first read of a response, a routed body is copied from the backend's socket
+    // to the client's (the default) or, with `server.splice_bodies`, moved between them by
+    // splice(2), as the proxy's pass-through bodies are; either way the backend connection
+    // goes back to the pool at the body's end, and the bytes are the backend's.
     let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
-    let (backend, accepted) = counting_server(body).await;
-    let wharf = start_wharf(&route_table(
-        "big",
-        "/big",
-        &[format!("http://{backend}")],
-        "",
-    ))
-    .await;
-    for i in 0..5 {
-        let response = get(&wharf.url(&format!("/big/{i}"))).await;
-        assert_eq!(response.status, 200, "call {i}");
-        let received = response.bytes();
-        assert_eq!(received.len(), body.len(), "call {i}");
-        assert!(received.as_ref() == body, "call {i}: the backend's bytes");
+    for splice_bodies in [false, true] {
+        let (backend, accepted) = counting_server(body).await;
+        let wharf = start_wharf(&format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             splice_bodies = {splice_bodies}\n{}",
+            route_table("big", "/big", &[format!("http://{backend}")], "")
+        ))
+        .await;
+        for i in 0..5 {
+            let response = get(&wharf.url(&format!("/big/{i}"))).await;
+            assert_eq!(response.status, 200, "splice {splice_bodies}, call {i}");
+            let received = response.bytes();
+            assert_eq!(
+                received.len(),
+                body.len(),
+                "splice {splice_bodies}, call {i}"
+            );
+            assert!(
+                received.as_ref() == body,
+                "splice {splice_bodies}, call {i}: the backend's bytes"
+            );
+        }
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "splice {splice_bodies}: each body returned the backend connection for the next call"
+        );
     }
-    assert_eq!(
-        accepted.load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "each body returned the backend connection for the next call"
-    );
 }
 
 #[tokio::test]
