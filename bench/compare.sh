@@ -1133,6 +1133,7 @@ w(f"""## Machine and versions
 | --- | --- |
 | machine | {M['nproc']} cores (`nproc`), {M['cpu']}, {M['mem']} RAM |
 | kernel | {M['kernel']} (`uname -r`) |
+| CPU mitigations | {M.get('mitigations') or 'none reported'} (`/sys/devices/system/cpu/vulnerabilities`) |
 | limits | open files {M['nofile']} (the hard limit; raising it is not permitted here), somaxconn {M['somaxconn']}, tcp_tw_reuse {M['tw_reuse']}, ephemeral ports {M['port_range']} |
 | wharf | git `{M['wharf_rev']}` + {M['wharf_dirty']} modified tracked files, `{M['wharf_version']}`, release build, sha256 `{M['wharf_sha']}…`; tokio workers: {M['wharf_workers_shared']} shared, {M['wharf_workers_pinned']} pinned (counted from thread names) |
 | nginx | {M['nginx_version']} (Debian), worker_connections {M['nginx_worker_connections']}, cache on {M['cache_dir']} |
@@ -1725,6 +1726,13 @@ phase "report"
     echo "nproc=$(nproc)"
     echo "kernel=$(uname -r)"
     echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
+    # What the kernel does against CPU vulnerabilities changes what a system call and a copy
+    # cost (stop 36: one boot's calls cost twice the last one's): the active mitigations,
+    # each with its first clause, so that runs on different boots can be told apart.
+    echo "mitigations=$(for f in /sys/devices/system/cpu/vulnerabilities/*; do
+        v=$(cat "$f" 2>/dev/null) || continue
+        case $v in Mitigation:*) v=${v#Mitigation: }; echo "${f##*/} ${v%%;*}" ;; esac
+    done | paste -sd ',' | sed 's/,/, /g')"
     echo "mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "nofile=$NOFILE"
     echo "somaxconn=$(cat /proc/sys/net/core/somaxconn)"
