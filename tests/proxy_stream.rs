@@ -137,7 +137,7 @@ async fn a_200_mib_pass_through_streams_at_the_clients_pace() {
 }
 
 /// The proxy service of the body tests below, with `server.splice_bodies` as given.
-fn splicing_proxy(splice_bodies: bool) -> String {
+fn proxy_with_splice_bodies(splice_bodies: bool) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
          splice_bodies = {splice_bodies}\n\
@@ -154,19 +154,14 @@ async fn large_pass_through_bodies_arrive_whole_over_one_origin_connection() {
     let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
     for splice_bodies in [false, true] {
         let (origin, accepted) = counting_server(body).await;
-        let wharf = start_wharf(&splicing_proxy(splice_bodies)).await;
+        let wharf = start_wharf(&proxy_with_splice_bodies(splice_bodies)).await;
         for i in 0..5 {
             let target = encode(&format!("http://{origin}/big/{i}"));
             let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
-            let received = response.bytes();
-            assert_eq!(
-                received.len(),
-                body.len(),
-                "splice {splice_bodies}, call {i}"
-            );
-            assert!(
-                received.as_ref() == body,
-                "splice {splice_bodies}, call {i}: the origin's bytes"
+            assert_body_is(
+                response.bytes(),
+                body,
+                &format!("splice {splice_bodies}, call {i}"),
             );
         }
         assert_eq!(
@@ -197,16 +192,17 @@ async fn bodies_go_through_pipes_only_when_splice_bodies_is_set() {
     for splice_bodies in [false, true] {
         let path = config_file(
             &format!("splice-bodies-{splice_bodies}"),
-            &splicing_proxy(splice_bodies),
+            &proxy_with_splice_bodies(splice_bodies),
         );
         let wharf = WharfProcess::start(&path);
         let before = pipes_held(wharf.pid());
         for i in 0..3 {
             let target = encode(&format!("http://{origin}/big/{i}"));
             let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
-            assert!(
-                response.bytes().as_ref() == body,
-                "splice {splice_bodies}, call {i}: the origin's bytes"
+            assert_body_is(
+                response.bytes(),
+                body,
+                &format!("splice {splice_bodies}, call {i}"),
             );
         }
         let after = pipes_held(wharf.pid());

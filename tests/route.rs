@@ -389,15 +389,10 @@ async fn large_bodies_arrive_whole_over_one_backend_connection() {
         for i in 0..5 {
             let response = get(&wharf.url(&format!("/big/{i}"))).await;
             assert_eq!(response.status, 200, "splice {splice_bodies}, call {i}");
-            let received = response.bytes();
-            assert_eq!(
-                received.len(),
-                body.len(),
-                "splice {splice_bodies}, call {i}"
-            );
-            assert!(
-                received.as_ref() == body,
-                "splice {splice_bodies}, call {i}: the backend's bytes"
+            assert_body_is(
+                response.bytes(),
+                body,
+                &format!("splice {splice_bodies}, call {i}"),
             );
         }
         assert_eq!(

@@ -179,6 +179,13 @@ pub(crate) async fn counting_server(
     (addr, accepted)
 }
 
+/// Asserts that a relayed body is `expected` byte for byte: its length first, so that a
+/// short body says so without printing megabytes.
+pub(crate) fn assert_body_is(received: &[u8], expected: &[u8], what: &str) {
+    assert_eq!(received.len(), expected.len(), "{what}: the body's length");
+    assert!(received == expected, "{what}: the body's bytes");
+}
+
 /// The value of the sample `series` (name and labels) in a Prometheus text page.
 pub(crate) fn sample(page: &str, series: &str) -> Option<f64> {
     page.lines()
