@@ -136,6 +136,12 @@ async fn a_200_mib_pass_through_streams_at_the_clients_pace() {
         .all(|(i, b)| *b == wharf_testbed::pattern_byte(i as u64)));
 }
 
+/// The proxy path that fetches `/big/{call}` from `origin` without caching it.
+fn uncached_big(origin: std::net::SocketAddr, call: u32) -> String {
+    let target = encode(&format!("http://{origin}/big/{call}"));
+    format!("/proxy?url={target}&cacheDuration=0")
+}
+
 /// The proxy service of the body tests below, with `server.splice_bodies` as given.
 fn proxy_with_splice_bodies(splice_bodies: bool) -> String {
     format!(
@@ -156,13 +162,9 @@ async fn large_pass_through_bodies_arrive_whole_over_one_origin_connection() {
         let (origin, accepted) = counting_server(body).await;
         let wharf = start_wharf(&proxy_with_splice_bodies(splice_bodies)).await;
         for i in 0..5 {
-            let target = encode(&format!("http://{origin}/big/{i}"));
-            let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
-            assert_body_is(
-                response.bytes(),
-                body,
-                &format!("splice {splice_bodies}, call {i}"),
-            );
+            let response = get(&wharf.url(&uncached_big(origin, i))).await;
+            let what = format!("splice {splice_bodies}, call {i}");
+            assert_body_is(response.bytes(), body, &what);
         }
         assert_eq!(
             accepted.load(std::sync::atomic::Ordering::SeqCst),
@@ -197,13 +199,9 @@ async fn bodies_go_through_pipes_only_when_splice_bodies_is_set() {
         let wharf = WharfProcess::start(&path);
         let before = pipes_held(wharf.pid());
         for i in 0..3 {
-            let target = encode(&format!("http://{origin}/big/{i}"));
-            let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
-            assert_body_is(
-                response.bytes(),
-                body,
-                &format!("splice {splice_bodies}, call {i}"),
-            );
+            let response = get(&wharf.url(&uncached_big(origin, i))).await;
+            let what = format!("splice {splice_bodies}, call {i}");
+            assert_body_is(response.bytes(), body, &what);
         }
         let after = pipes_held(wharf.pid());
         wharf.signal("TERM");

@@ -389,11 +389,8 @@ async fn large_bodies_arrive_whole_over_one_backend_connection() {
         for i in 0..5 {
             let response = get(&wharf.url(&format!("/big/{i}"))).await;
             assert_eq!(response.status, 200, "splice {splice_bodies}, call {i}");
-            assert_body_is(
-                response.bytes(),
-                body,
-                &format!("splice {splice_bodies}, call {i}"),
-            );
+            let what = format!("splice {splice_bodies}, call {i}");
+            assert_body_is(response.bytes(), body, &what);
         }
         assert_eq!(
             accepted.load(std::sync::atomic::Ordering::SeqCst),
