@@ -32,8 +32,10 @@ use super::transport::SendFile;
 use super::{Conn, RequestInfo, Transport};
 use crate::body::ResponseBody;
 
-/// Body bytes gathered before they are written, at most: room for a head and two of an
-/// upstream connection's largest reads (64 KiB). At 64 KiB a 100 KiB pass-through body
+/// Body bytes gathered before they are written: frames are gathered while less than this
+/// is buffered, so one write carries at most this plus one frame (a 1 MiB pass-through
+/// body leaves in writes of 128 KiB, the first up to 188 KiB). Room for a head and two of
+/// an upstream connection's largest reads (64 KiB). At 64 KiB a 100 KiB pass-through body
 /// whose first read and head passed the limit went out in two writes, the first just past
 /// one loopback segment (65,553 bytes), each ending in a segment of its own: a runt of a
 /// few dozen bytes. About half the calls split (8.65 TCP segments a call on the machine
