@@ -1732,7 +1732,7 @@ phase "report"
     echo "mitigations=$(for f in /sys/devices/system/cpu/vulnerabilities/*; do
         v=$(cat "$f" 2>/dev/null) || continue
         case $v in Mitigation:*) v=${v#Mitigation: }; echo "${f##*/} ${v%%;*}" ;; esac
-    done | paste -sd ',' | sed 's/,/, /g')"
+    done | awk 'NR > 1 { printf ", " } { printf "%s", $0 }')"
     echo "mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "nofile=$NOFILE"
     echo "somaxconn=$(cat /proc/sys/net/core/somaxconn)"

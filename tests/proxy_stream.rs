@@ -145,9 +145,8 @@ fn uncached_big(origin: std::net::SocketAddr, call: u32) -> String {
 /// The proxy service of the body tests below, with `server.splice_bodies` as given.
 fn proxy_with_splice_bodies(splice_bodies: bool) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         splice_bodies = {splice_bodies}\n\
-         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n"
+        "{}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
+        server_table(&format!("splice_bodies = {splice_bodies}\n"))
     )
 }
 
@@ -157,7 +156,7 @@ async fn large_pass_through_bodies_arrive_whole_over_one_origin_connection() {
     // socket to the client's (the default) or, with `server.splice_bodies`, moved between
     // them by splice(2); either way the origin connection goes back to the pool at the
     // body's end, and the bytes are the origin's.
-    let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
+    let body = large_patterned_body();
     for splice_bodies in [false, true] {
         let (origin, accepted) = counting_server(body).await;
         let wharf = start_wharf(&proxy_with_splice_bodies(splice_bodies)).await;
@@ -189,7 +188,7 @@ async fn bodies_go_through_pipes_only_when_splice_bodies_is_set() {
     // spliced body leaves its emptied pipe kept for the thread's next one, a copied body
     // makes none. Checked on the built binary, whose descriptors are its own (its stderr
     // to this test is a pipe too, hence the count before the calls).
-    let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
+    let body = large_patterned_body();
     let (origin, _) = counting_server(body).await;
     for splice_bodies in [false, true] {
         let path = config_file(

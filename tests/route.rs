@@ -377,19 +377,19 @@ async fn large_bodies_arrive_whole_over_one_backend_connection() {
     // to the client's (the default) or, with `server.splice_bodies`, moved between them by
     // splice(2), as the proxy's pass-through bodies are; either way the backend connection
     // goes back to the pool at the body's end, and the bytes are the backend's.
-    let body: &'static [u8] = Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect());
+    let body = large_patterned_body();
     for splice_bodies in [false, true] {
         let (backend, accepted) = counting_server(body).await;
         let wharf = start_wharf(&format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-             splice_bodies = {splice_bodies}\n{}",
+            "{}{}",
+            server_table(&format!("splice_bodies = {splice_bodies}\n")),
             route_table("big", "/big", &[format!("http://{backend}")], "")
         ))
         .await;
         for i in 0..5 {
             let response = get(&wharf.url(&format!("/big/{i}"))).await;
-            assert_eq!(response.status, 200, "splice {splice_bodies}, call {i}");
             let what = format!("splice {splice_bodies}, call {i}");
+            assert_eq!(response.status, 200, "{what}");
             assert_body_is(response.bytes(), body, &what);
         }
         assert_eq!(

@@ -22,12 +22,17 @@ impl Stack {
     }
 }
 
+/// A `[server]` table on ephemeral loopback ports, with `keys` (whole lines) added to it.
+pub(crate) fn server_table(keys: &str) -> String {
+    format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{keys}")
+}
+
 /// Starts wharf from a TOML document (listen/admin_listen default to port 0).
 pub(crate) async fn start_wharf(toml: &str) -> RunningHost {
     let text = if toml.contains("[server]") {
         toml.to_owned()
     } else {
-        format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{toml}")
+        format!("{}{toml}", server_table(""))
     };
     let config = Config::from_toml_str(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
     spawn_host(wharf::build_host(&config).unwrap()).await
@@ -177,6 +182,12 @@ pub(crate) async fn counting_server(
         }
     });
     (addr, accepted)
+}
+
+/// A 2 MB body in a pattern that repeats every 251 bytes (no power of two, so a chunk
+/// relayed out of place shows), for the large-body tests.
+pub(crate) fn large_patterned_body() -> &'static [u8] {
+    Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect())
 }
 
 /// Asserts that a relayed body is `expected` byte for byte: its length first, so that a

@@ -63,9 +63,8 @@ pub struct ServerConfig {
     /// on the machine (issue 4's lab: splicing took a quarter less of wharf's CPU per
     /// 100 KiB call on an Intel host, more than copying on an AMD one, at 100 KiB and at
     /// 1 MiB, 5 % less on another AMD one where copying still had the higher rate, and
-    /// 14 % less at the same rate on a third, where a copy's cost also moved ±25 % with
-    /// where wharf's buffer lay), and a spliced body keeps a same-host origin's pages
-    /// referenced until the client has read them.
+    /// 14 % less at the same rate in one lab on a third), and a spliced body keeps a
+    /// same-host origin's pages referenced until the client has read them.
     pub splice_bodies: bool,
     /// `tls_cert` and `tls_key`: when both are set, `listen` speaks TLS (ALPN h2 and
     /// http/1.1) with this PEM certificate chain and key. Default: plain TCP. Setting one

@@ -1,8 +1,8 @@
 //! Writing a response: its framing (RFC 9112 §6.3, as the server decides it), the head, and
 //! the body with vectored writes, then whatever is left of the request body.
 //!
-//! Frames are gathered while the body has them ready (up to [`HIGH_WATER`]) and written in
-//! one `writev`, and nothing waits in a buffer while the body is not ready. Small parts are
+//! Frames are gathered while the body has them ready (until [`HIGH_WATER`] is buffered) and
+//! written in one `writev`, and nothing waits in a buffer while the body is not ready. Small parts are
 //! copied behind the head instead (up to [`COPY_SMALL`]), so a small response leaves in one
 //! plain `send`: cheaper in the kernel than a `writev` of two parts. A body that fails, or that disagrees with
 //! its declared length, is cut after what was already written: the connection closes
@@ -32,16 +32,12 @@ use super::transport::SendFile;
 use super::{Conn, RequestInfo, Transport};
 use crate::body::ResponseBody;
 
-/// Body bytes gathered before they are written: frames are gathered while less than this
-/// is buffered, so one write carries at most this plus one frame (a 1 MiB pass-through
-/// body leaves in writes of 128 KiB, the first up to 188 KiB). Room for a head and two of
-/// an upstream connection's largest reads (64 KiB). At 64 KiB a 100 KiB pass-through body
-/// whose first read and head passed the limit went out in two writes, the first just past
-/// one loopback segment (65,553 bytes), each ending in a segment of its own: a runt of a
-/// few dozen bytes. About half the calls split (8.65 TCP segments a call on the machine
-/// against 8.09 at 128 KiB; 9.1-9.2 when every call did, at ~25 % more of wharf's CPU a
-/// call; stop 36's labs, pinned). Only frames the body has ready are gathered: nothing
-/// waits for more bytes.
+/// Ready body frames are gathered while less than this is buffered, so one write carries
+/// at most this plus one frame; nothing waits for frames that are not ready. Room for a
+/// head and two of an upstream connection's largest reads (64 KiB): at 64 KiB a 100 KiB
+/// body whose head and first read passed the limit left in two writes, and with
+/// `TCP_NODELAY` each write ends in a segment of its own, so the first sent a runt of a
+/// few dozen bytes past one loopback segment (measured in `bench/RESULTS.md`, stop 36).
 const HIGH_WATER: usize = 128 * 1024;
 /// A request body the service left unread is read and dropped up to this much, so the
 /// connection can serve the next request; a longer one closes the connection.
