@@ -1134,6 +1134,7 @@ w(f"""## Machine and versions
 | machine | {M['nproc']} cores (`nproc`), {M['cpu']}, {M['mem']} RAM |
 | kernel | {M['kernel']} (`uname -r`) |
 | CPU mitigations | {M.get('mitigations') or 'none reported'} (`/sys/devices/system/cpu/vulnerabilities`) |
+| TCP | congestion control {M.get('tcp_cc') or 'not recorded'} (`net.ipv4.tcp_congestion_control`, `net.core.default_qdisc`) |
 | limits | open files {M['nofile']} (the hard limit; raising it is not permitted here), somaxconn {M['somaxconn']}, tcp_tw_reuse {M['tw_reuse']}, ephemeral ports {M['port_range']} |
 | wharf | git `{M['wharf_rev']}` + {M['wharf_dirty']} modified tracked files, `{M['wharf_version']}`, release build, sha256 `{M['wharf_sha']}…`; tokio workers: {M['wharf_workers_shared']} shared, {M['wharf_workers_pinned']} pinned (counted from thread names) |
 | nginx | {M['nginx_version']} (Debian), worker_connections {M['nginx_worker_connections']}, cache on {M['cache_dir']} |
@@ -1733,6 +1734,9 @@ phase "report"
         v=$(cat "$f" 2>/dev/null) || continue
         case $v in Mitigation:*) v=${v#Mitigation: }; echo "${f##*/} ${v%%;*}" ;; esac
     done | awk 'NR > 1 { printf ", " } { printf "%s", $0 }')"
+    # The congestion control paces a loopback sender's segments (BBR arms a timer per
+    # paced send): recorded, as it changes what each segment costs (stop 37).
+    echo "tcp_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control), qdisc $(cat /proc/sys/net/core/default_qdisc)"
     echo "mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "nofile=$NOFILE"
     echo "somaxconn=$(cat /proc/sys/net/core/somaxconn)"
