@@ -1734,8 +1734,9 @@ phase "report"
         v=$(cat "$f" 2>/dev/null) || continue
         case $v in Mitigation:*) v=${v#Mitigation: }; echo "${f##*/} ${v%%;*}" ;; esac
     done | awk 'NR > 1 { printf ", " } { printf "%s", $0 }')"
-    # The congestion control paces a loopback sender's segments (BBR arms a timer per
-    # paced send): recorded, as it changes what each segment costs (stop 37).
+    # The congestion control decides how a sender's segments are paced (BBR without the fq
+    # qdisc paces with a kernel timer; stop 37's MSG_MORE lab paid for it): recorded beside
+    # the mitigations, as it changes what a segment costs from one boot to the next.
     echo "tcp_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control), qdisc $(cat /proc/sys/net/core/default_qdisc)"
     echo "mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "nofile=$NOFILE"
