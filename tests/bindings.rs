@@ -46,11 +46,13 @@ fn client_config(cert: &TestCert) -> rustls::ClientConfig {
 async fn tls_clients_are_served_over_http1_and_http2() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let cert = test_cert("ok");
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n\
-         [services.all]\ntype = \"route\"\npath_prefix = \"/\"\nbackends = [\"http://{}\"]\n",
+    let server = server_table(&format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n",
         cert.dir.join("cert.pem").display().to_string(),
         cert.dir.join("key.pem").display().to_string(),
+    ));
+    let toml = format!(
+        "{server}[services.all]\ntype = \"route\"\npath_prefix = \"/\"\nbackends = [\"http://{}\"]\n",
         testbed.addr()
     );
     let wharf = start_wharf(&toml).await;
@@ -105,11 +107,13 @@ fn https_client(
 async fn relayed_and_cached_fields_reach_http1_and_http2_clients() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let cert = test_cert("relay");
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n\
-         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
+    let server = server_table(&format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n",
         cert.dir.join("cert.pem").display().to_string(),
         cert.dir.join("key.pem").display().to_string(),
+    ));
+    let toml = format!(
+        "{server}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n"
     );
     let wharf = start_wharf(&toml).await;
     let origin = testbed.url("/headers?etag=%22v7%22&content-type=text%2Fx-relay&x-secret=1");
@@ -171,11 +175,11 @@ async fn relayed_and_cached_fields_reach_http1_and_http2_clients() {
 async fn a_key_that_does_not_match_stops_the_start_with_the_reason() {
     let cert = test_cert("mismatch");
     let other = test_cert("other");
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ntls_cert = {:?}\ntls_key = {:?}\n",
+    let toml = server_table(&format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n",
         cert.dir.join("cert.pem").display().to_string(),
         other.dir.join("key.pem").display().to_string(),
-    );
+    ));
     let config = Config::from_toml_str(&toml, "tls.toml").unwrap();
     let error = match wharf::build_host(&config).unwrap().bind().await {
         Ok(_) => panic!("a mismatched key was accepted"),
@@ -190,10 +194,12 @@ async fn unix_socket_listener_serves_calls() {
     let dir = std::env::temp_dir().join(format!("wharf-listen-unix-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("wharf.sock");
+    let server = server_table(&format!(
+        "listen_unix = {:?}\n",
+        socket.display().to_string()
+    ));
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nlisten_unix = {:?}\n\
-         [services.all]\ntype = \"route\"\npath_prefix = \"/\"\nbackends = [\"http://{}\"]\n",
-        socket.display().to_string(),
+        "{server}[services.all]\ntype = \"route\"\npath_prefix = \"/\"\nbackends = [\"http://{}\"]\n",
         testbed.addr()
     );
     let wharf = start_wharf(&toml).await;

@@ -15,11 +15,7 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_run_on_every_core_and_stop_with_the_host() {
-    let config = Config::from_toml_str(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n",
-        "test.toml",
-    )
-    .unwrap();
+    let config = Config::from_toml_str(&server_table(""), "test.toml").unwrap();
     let limits = LimitsConfig {
         max_concurrent_calls: 64,
         max_queued_calls: 64,
@@ -71,11 +67,7 @@ async fn only_the_cores_watch_the_service_socket() {
     // host's own descriptor still registered with the multi-threaded runtime's epoll (the
     // one that watches the admin listener), every connection for that core would wake one
     // of that runtime's threads as well.
-    let config = Config::from_toml_str(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n",
-        "test.toml",
-    )
-    .unwrap();
+    let config = Config::from_toml_str(&server_table(""), "test.toml").unwrap();
     let wharf = spawn_host(wharf::build_host(&config).unwrap()).await;
     let request = b"GET /nothing-here HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
     // A call first: a core serves it, so the cores have their listeners.

@@ -890,8 +890,8 @@ async fn sigterm_under_load_drains_every_call_and_exits_zero() {
     let config = config_file(
         "faults-sigterm",
         &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_timeout = \"20s\"\n\
-             [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\nallow_hosts = [\"127.0.0.1:{}\"]\n",
+            "{}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\nallow_hosts = [\"127.0.0.1:{}\"]\n",
+            server_table("shutdown_timeout = \"20s\"\n"),
             testbed.addr().port()
         ),
     );

@@ -314,7 +314,8 @@ async fn closed_by_server(stream: &mut TcpStream, limit: Duration) -> bool {
 async fn slowloris_connections_are_closed_while_normal_calls_are_served() {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let wharf = start_wharf(&format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nheader_read_timeout = \"300ms\"\n{}",
+        "{}{}",
+        server_table("header_read_timeout = \"300ms\"\n"),
         proxy_table("proxy", "/proxy", &testbed, "")
     ))
     .await;
@@ -353,9 +354,9 @@ async fn slowloris_connections_are_closed_while_normal_calls_are_served() {
 
 #[tokio::test]
 async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
-    let wharf = start_wharf(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nheader_read_timeout = \"5s\"\nidle_timeout = \"400ms\"\n",
-    )
+    let wharf = start_wharf(&server_table(
+        "header_read_timeout = \"5s\"\nidle_timeout = \"400ms\"\n",
+    ))
     .await;
     let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
     call_nothing(&mut stream).await;
@@ -372,9 +373,9 @@ async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
 /// here as a connection held until `idle_timeout`).
 #[tokio::test]
 async fn drain_closes_idle_keep_alive_connections_at_once() {
-    let wharf = start_wharf(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nheader_read_timeout = \"60s\"\nidle_timeout = \"60s\"\nshutdown_timeout = \"30s\"\n",
-    )
+    let wharf = start_wharf(&server_table(
+        "header_read_timeout = \"60s\"\nidle_timeout = \"60s\"\nshutdown_timeout = \"30s\"\n",
+    ))
     .await;
     let mut streams = Vec::new();
     // Several connections, so that every core has some; one to three calls on each.
@@ -403,10 +404,7 @@ async fn drain_closes_idle_keep_alive_connections_at_once() {
 
 #[tokio::test]
 async fn max_connections_makes_further_connections_wait() {
-    let wharf = start_wharf(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_connections = 2\n",
-    )
-    .await;
+    let wharf = start_wharf(&server_table("max_connections = 2\n")).await;
     let request = b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n";
     let mut held = Vec::new();
     for _ in 0..2 {
@@ -506,7 +504,8 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
     let config = config_file(
         "sigterm",
         &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_timeout = \"20s\"\n{}",
+            "{}{}",
+            server_table("shutdown_timeout = \"20s\"\n"),
             proxy_table("proxy", "/proxy", &testbed, "")
         ),
     );
@@ -553,7 +552,8 @@ async fn serve_advises_no_memory_for_huge_pages() {
     let config = config_file(
         "no-huge-pages",
         &format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{}",
+            "{}{}",
+            server_table(""),
             proxy_table("proxy", "/proxy", &testbed, "")
         ),
     );
@@ -588,10 +588,7 @@ async fn serve_advises_no_memory_for_huge_pages() {
 
 #[tokio::test]
 async fn admin_token_guards_everything_but_the_probes() {
-    let wharf = start_wharf(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token = \"s3cret-admin-token-0001\"\n",
-    )
-    .await;
+    let wharf = start_wharf(&server_table("admin_token = \"s3cret-admin-token-0001\"\n")).await;
     assert_eq!(get(&wharf.admin_url("/healthz")).await.status, 200);
     assert_eq!(get(&wharf.admin_url("/readyz")).await.status, 200);
     for path in ["/metrics", "/debug/inflight", "/reload"] {

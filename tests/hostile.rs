@@ -60,9 +60,9 @@ async fn exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> RawReply
 async fn hostile_stack(server: &str) -> Stack {
     let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let wharf = start_wharf(&format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{server}\n\
-         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\nallow_hosts = [\"127.0.0.1:{port}\"]\n\
+        "{}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\nallow_hosts = [\"127.0.0.1:{port}\"]\n\
          [services.echo]\ntype = \"route\"\npath_prefix = \"/echo\"\nbackends = [\"http://127.0.0.1:{port}\"]\n",
+        server_table(&format!("{server}\n")),
         port = testbed.addr().port()
     ))
     .await;
@@ -444,11 +444,11 @@ async fn slow_reader_of_a_large_body_does_not_make_wharf_buffer_it() {
 #[tokio::test]
 async fn slow_readers_do_not_hold_call_slots_forever() {
     watch_panics();
-    let wharf = start_wharf(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nidle_timeout = \"1s\"\n\
-         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n\
+    let wharf = start_wharf(&format!(
+        "{}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n\
          max_concurrent_calls = 2\nmax_queued_calls = 4\nqueue_timeout = \"1s\"\ntotal_timeout = \"1s\"\n",
-    )
+        server_table("idle_timeout = \"1s\"\n"),
+    ))
     .await;
     let (origin, _written) = counting_origin(64 << 20).await;
     let url = via_proxy(&wharf, &origin.url("/large"), None);

@@ -14,10 +14,11 @@ use crate::support::*;
 
 fn config_text(testbed: &TestbedHandle, version: &str) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
+        "{}\n\
          [services.echo]\ntype = \"route\"\npath_prefix = \"/echo\"\nbackends = [\"http://{addr}\"]\n\
          set_headers = {{ \"x-version\" = \"{version}\" }}\n\n\
          [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
+        server_table(""),
         addr = testbed.addr()
     )
 }

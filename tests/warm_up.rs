@@ -13,8 +13,7 @@ use wharf_host::{handler, HostBuilder, Mount, ResponseBody, WarmUp, WarmUpReport
 use crate::support::*;
 
 fn config(toml: &str) -> Config {
-    let text =
-        format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{toml}");
+    let text = format!("{}{toml}", server_table(""));
     Config::from_toml_str(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -130,8 +129,10 @@ async fn a_failure_on_every_core_is_reported_once() {
 async fn serve_times_the_warm_up_as_a_start_up_phase() {
     let path = config_file(
         "warm-up",
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n",
+        &format!(
+            "{}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n",
+            server_table("")
+        ),
     );
     let wharf = WharfProcess::start(&path);
     // The same duration is exported as a start-up phase on the admin listener.
