@@ -89,11 +89,11 @@ else
     # the three gateways' 1 KiB pass-through costs are within the spread (RESULTS.md).
     TP_ROUNDS=5; TP_DURATION=2s; TP_WARMUP=500ms
     # The router figure is a ratio of two near-equal rates: its own run of just the two,
-    # more rounds, each target first in every other round. Twenty rounds of 1 s in about
-    # the time ten of 2 s took: the shared phase's rounds spread ±7 % (stop 37: a 20-round
-    # lab read 1.018 by the medians' ratio and 0.979 by the median of paired rounds, where
-    # ten-round runs read 0.948 and 0.965), and a median of more, shorter interleaved
-    # rounds wanders less between runs than the 2-3 % the rewrite costs.
+    # more rounds, each target first in every other round. Twenty rounds of 1 s (61 s with
+    # their warm-ups, against 50 for ten of 2 s): the shared phase's rounds spread ±7 %, and
+    # in stop 37 ten-round runs read 0.948 and 0.965, a lab of 20 rounds of 2 s 1.018 by the
+    # medians' ratio (0.979 paired), two of 20 rounds of 1 s 0.978 and 0.977: more, shorter
+    # interleaved rounds wander less than the 2 % the rewrite costs in this phase.
     ROUTE_ROUNDS=20; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
     CG_CALLS=2000
     COLD_RUNS=10
