@@ -80,7 +80,11 @@ else
     # wharf's first round was not its slowest, as it had been in two earlier labs). A median
     # of three survives one unlucky round, of five two; the two more cost about 50 s.
     RESP_ROUNDS=5
-    BURST_ROUNDS=3
+    # Nine rounds: one target's burst p99 spread 14-41 ms over stop 37's three runs of three
+    # rounds (HAProxy's 23-40, the floor's 8-42), and run C missed on three slow rounds
+    # where A and B had met by a third; a round of 2,000 calls takes well under a second a
+    # target, so nine cost a few seconds more.
+    BURST_ROUNDS=9
     # Five rounds: a median of three survived one disturbed round, but over four runs the
     # 1 KiB pass-through verdicts still flipped (x0.90-1.02 against HAProxy, rounds of one
     # target 49-61k req/s in one run); a median of five survives two. The 0.5 s warm-up (a
