@@ -184,10 +184,10 @@ pub(crate) async fn counting_server(
     (addr, accepted)
 }
 
-/// A 2 MB body in a pattern that repeats every 251 bytes (no power of two, so a chunk
-/// relayed out of place shows), for the large-body tests.
+/// 2 MB of the testbed's pattern (`wharf_testbed::expected_body`: a 251-byte period, so a
+/// chunk relayed out of place shows), for the large-body tests.
 pub(crate) fn large_patterned_body() -> &'static [u8] {
-    Vec::leak((0..2_000_000u32).map(|i| (i % 251) as u8).collect())
+    Vec::leak(wharf_testbed::expected_body(2_000_000))
 }
 
 /// Asserts that a relayed body is `expected` byte for byte: its length first, so that a

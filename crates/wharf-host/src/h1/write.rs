@@ -2,13 +2,13 @@
 //! the body with vectored writes, then whatever is left of the request body.
 //!
 //! Frames are gathered while the body has them ready (until [`HIGH_WATER`] is buffered) and
-//! written in one `writev`, and nothing waits in a buffer while the body is not ready. Small parts are
-//! copied behind the head instead (up to [`COPY_SMALL`]), so a small response leaves in one
-//! plain `send`: cheaper in the kernel than a `writev` of two parts. A body that fails, or that disagrees with
-//! its declared length, is cut after what was already written: the connection closes
-//! without the chunked terminator or short of the content-length, which is how the client
-//! sees a truncation. A client that stops reading is cut after `idle_timeout` without write
-//! progress.
+//! written in one `writev`, and nothing waits in a buffer while the body is not ready.
+//! Small parts are copied behind the head instead (up to [`COPY_SMALL`]), so a small
+//! response leaves in one plain `send`: cheaper in the kernel than a `writev` of two parts.
+//! A body that fails, or that disagrees with its declared length, is cut after what was
+//! already written: the connection closes without the chunked terminator or short of the
+//! content-length, which is how the client sees a truncation. A client that stops reading
+//! is cut after `idle_timeout` without write progress.
 
 use std::future::{poll_fn, Future};
 use std::io;
