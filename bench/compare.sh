@@ -936,8 +936,10 @@ if fc:
         wv = mval(T[f"{path}/wharf"], "first_over_warm")
         an = {a: mval(T[f"{path}/{a}"], "first_over_warm") for a in ANCHORS}
         best = min(an, key=lambda a: an[a])
-        bar(what, f"{f(wv, 1)} ({f(mval(T[f'{path}/wharf'], 'first_request_ms'))} ms)",
-            f"floor {f(fl, 1)}, {best} {f(an[best], 1)}", "≤ floor and ≤ best anchor", wv <= fl and wv <= an[best])
+        ms = lambda n: f"({f(mval(T[n], 'first_request_ms'))} ms)"
+        bar(what, f"{f(wv, 1)} {ms(f'{path}/wharf')}",
+            f"floor {f(fl, 1)} {ms('floor')}, {best} {f(an[best], 1)} {ms(f'{path}/{best}')}",
+            "≤ floor and ≤ best anchor", wv <= fl and wv <= an[best])
 
     fh = load("first-hit")
     if fh:
@@ -1024,8 +1026,12 @@ if IDLE:
                 ok = None
                 if wv is not None and fl is not None and best:
                     ok = wv <= fl and wv <= an[best]
-                bar(what, f"{f(wv, 1)} ({f(mval(wt, f'{kind}_after_{g}_ms'))} ms)",
-                    f"floor {f(fl, 1)}, {best} {f(an.get(best), 1) if best else '–'}", "≤ floor and ≤ best anchor", ok)
+                # Each reference's after-gap time beside its ratio: when the idle penalty is
+                # about the same for every target, the ratio favours the slower warm call.
+                ms = lambda t: f"({f(mval(t, f'{kind}_after_{g}_ms'))} ms)"
+                ref = f"floor {f(fl, 1)} {ms(G['floor'])}" if "floor" in G else "floor –"
+                ref += f", {best} {f(an[best], 1)} {ms(G[f'{path}/{best}'])}" if best else ", –"
+                bar(what, f"{f(wv, 1)} {ms(wt)}", ref, "≤ floor and ≤ best anchor", ok)
 
 # ------------------------------------------------------------------ burst
 burst = load("burst")
