@@ -67,8 +67,8 @@ impl Origin {
             idle_timeout: POOL_IDLE_TIMEOUT,
             max_connecting_per_key: MAX_CONNECTING_PER_ORIGIN,
             max_connect_wait: MAX_CONNECT_WAIT,
-        })
-        .swept_every(POOL_SWEEP_EVERY);
+        });
+        pool.spawn_sweepers(POOL_SWEEP_EVERY);
         Self {
             inner: Arc::new(Inner {
                 connector: GuardedConnector::new(policy, config.connect_timeout),

@@ -100,8 +100,8 @@ impl Backend {
             // Routes open connections as calls need them (check_out), unlimited.
             max_connecting_per_key: usize::MAX,
             max_connect_wait: Duration::ZERO,
-        })
-        .swept_every(SWEEP_EVERY);
+        });
+        pool.spawn_sweepers(SWEEP_EVERY);
         Ok(Self {
             label: url.as_str().trim_end_matches('/').to_owned(),
             address,

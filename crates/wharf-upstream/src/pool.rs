@@ -455,14 +455,11 @@ impl IdlePool {
     ///
     /// While the pool holds nothing the sweeper waits, with no timer, for the call that
     /// brings in an upstream: an idle process is not woken for a sweep with nothing to do
-    /// (seed 001's idle gateway; every service has its pools, every core its own). That
-    /// call wakes the sweeper; spawned on the runtime of the thread that calls, the wake-up
-    /// stays on that thread ([`crate::PoolShards`] does so). Returns whether a sweeper was
-    /// spawned.
-    pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) -> bool {
+    /// (seed 001's idle gateway; every service has its pools, every core its own).
+    pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!("no tokio runtime: idle upstream connections are not swept");
-            return false;
+            return;
         };
         let pool: Weak<IdlePool> = Arc::downgrade(self);
         let wake = self.sweeper_wake.clone();
@@ -479,7 +476,6 @@ impl IdlePool {
                 pool.sweep();
             }
         });
-        true
     }
 }
 

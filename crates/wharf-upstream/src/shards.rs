@@ -8,17 +8,7 @@
 //! every response. Threads get pools in the order they first call, round-robin over as many
 //! pools as the machine has CPUs ([`thread_number`]); the cores, started together, get
 //! distinct ones.
-//!
-//! Each pool's sweeper ([`IdlePool::spawn_sweeper`]) is spawned by the first call that takes
-//! the pool, on that call's runtime: a core's pool is swept by a task of the core. A pool that
-//! has emptied (its connections idle past their timeout, after a long idle gap) wakes its
-//! sleeping sweeper at the next call; on the core, that wake-up is a task queued on the
-//! calling thread. Spawned on the main runtime, as it was, it woke one of that runtime's
-//! threads in the middle of the call, which on issue 4's 2-CPU machine ran on the calling
-//! core's CPU and preempted it twice before the call could connect upstream (traced in
-//! stop 38: 85 µs of a 545 µs first call after 100 s idle).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,21 +20,12 @@ use crate::pool::{IdlePool, PoolLimits};
 /// share of the limits.
 #[derive(Debug)]
 pub struct PoolShards {
-    shards: Box<[Shard]>,
-    /// How often the pools' sweepers sweep; `None`: the pools have no sweepers.
-    sweep_every: Option<Duration>,
-}
-
-/// One thread's pool, and whether its sweeper was spawned.
-#[derive(Debug)]
-struct Shard {
-    pool: Arc<IdlePool>,
-    sweeper_spawned: AtomicBool,
+    shards: Box<[Arc<IdlePool>]>,
 }
 
 impl PoolShards {
     /// As many pools as this machine has CPUs, together within `limits` (each bound split
-    /// evenly, rounded up, at least one). No sweepers: see [`PoolShards::swept_every`].
+    /// evenly, rounded up, at least one).
     pub fn new(limits: PoolLimits) -> Self {
         let count = std::thread::available_parallelism().map_or(1, usize::from);
         Self::with_count(limits, count)
@@ -60,48 +41,27 @@ impl PoolShards {
             max_connecting_per_key: share(limits.max_connecting_per_key),
             ..limits
         };
-        let shard = || Shard {
-            pool: IdlePool::new(each),
-            sweeper_spawned: AtomicBool::new(false),
-        };
         Self {
-            shards: (0..count).map(|_| shard()).collect(),
-            sweep_every: None,
+            shards: (0..count).map(|_| IdlePool::new(each)).collect(),
         }
     }
 
-    /// The same pools, each swept every `every` by a sweeper spawned on the runtime of the
-    /// first call that takes it ([`PoolShards::here`]; see the module doc).
-    pub fn swept_every(self, every: Duration) -> Self {
-        Self {
-            sweep_every: Some(every),
-            ..self
-        }
-    }
-
-    /// The calling thread's pool; its sweeper is spawned on the calling runtime if it has
-    /// none yet (outside a runtime, at a later call).
+    /// The calling thread's pool.
     pub fn here(&self) -> &Arc<IdlePool> {
-        let shard = &self.shards[thread_number() % self.shards.len()];
-        if let Some(every) = self.sweep_every {
-            // One load per call once spawned; the swap makes one caller the spawner.
-            if !shard.sweeper_spawned.load(Ordering::Acquire)
-                && !shard.sweeper_spawned.swap(true, Ordering::AcqRel)
-                && !shard.pool.spawn_sweeper(every)
-            {
-                shard.sweeper_spawned.store(false, Ordering::Release);
-            }
+        &self.shards[thread_number() % self.shards.len()]
+    }
+
+    /// Sweeps every pool every `every` (see [`IdlePool::spawn_sweeper`]).
+    pub fn spawn_sweepers(&self, every: Duration) {
+        for shard in self.shards.iter() {
+            shard.spawn_sweeper(every);
         }
-        &shard.pool
     }
 
     /// Idle connections over all pools.
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.pool.idle_count())
-            .sum()
+        self.shards.iter().map(|shard| shard.idle_count()).sum()
     }
 }
 
@@ -139,66 +99,12 @@ mod tests {
         assert!(others.iter().any(|&other| other != mine as usize));
     }
 
-    fn current_thread_runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    }
-
-    /// Tasks alive on `runtime` after `call` ran inside it.
-    fn tasks_after(runtime: &tokio::runtime::Runtime, call: impl FnOnce()) -> usize {
-        runtime.block_on(async {
-            call();
-            tokio::runtime::Handle::current()
-                .metrics()
-                .num_alive_tasks()
-        })
-    }
-
-    #[test]
-    fn a_pools_sweeper_runs_on_the_runtime_of_the_first_call_that_takes_it() {
-        let shards = PoolShards::with_count(LIMITS, 1).swept_every(Duration::from_secs(10));
-        // Outside a runtime there is nowhere to spawn it: a later call does.
-        shards.here();
-        let first = current_thread_runtime();
-        assert_eq!(
-            tasks_after(&first, || {
-                shards.here();
-            }),
-            1
-        );
-        assert_eq!(
-            tasks_after(&first, || {
-                shards.here();
-            }),
-            1,
-            "spawned once"
-        );
-        let other = current_thread_runtime();
-        assert_eq!(
-            tasks_after(&other, || {
-                shards.here();
-            }),
-            0,
-            "the pool's sweeper is on the runtime that first took it"
-        );
-        // Without `swept_every`, no sweeper.
-        let unswept = PoolShards::with_count(LIMITS, 1);
-        assert_eq!(
-            tasks_after(&other, || {
-                unswept.here();
-            }),
-            0
-        );
-    }
-
     #[test]
     fn the_limits_are_split_over_the_pools() {
         let shards = PoolShards::with_count(LIMITS, 2);
         assert_eq!(shards.shards.len(), 2);
         assert_eq!(shards.idle_count(), 0);
-        let each = shards.shards[1].pool.limits();
+        let each = shards.shards[1].limits();
         assert_eq!(each.max_idle_per_key, 4);
         assert_eq!(each.max_idle_total, 3, "rounded up");
         assert_eq!(each.max_connecting_per_key, 16);
