@@ -574,6 +574,11 @@ def xr(a, b):
     return "–" if r is None else f"×{r:.2f}"
 
 
+def ratio_ms(r, ms):
+    """A first-call or idle cell: the ratio to warm, and the call's own time beside it."""
+    return f"{f(r, 1)} ({f(ms)} ms)"
+
+
 def verdict(ok):
     return "–" if ok is None else ("**PASS**" if ok else "**FAIL**")
 
@@ -936,9 +941,9 @@ if fc:
         wv = mval(T[f"{path}/wharf"], "first_over_warm")
         an = {a: mval(T[f"{path}/{a}"], "first_over_warm") for a in ANCHORS}
         best = min(an, key=lambda a: an[a])
-        ms = lambda n: f"({f(mval(T[n], 'first_request_ms'))} ms)"
-        bar(what, f"{f(wv, 1)} {ms(f'{path}/wharf')}",
-            f"floor {f(fl, 1)} {ms('floor')}, {best} {f(an[best], 1)} {ms(f'{path}/{best}')}",
+        ms = lambda n: mval(T[n], "first_request_ms")
+        bar(what, ratio_ms(wv, ms(f"{path}/wharf")),
+            f"floor {ratio_ms(fl, ms('floor'))}, {best} {ratio_ms(an[best], ms(f'{path}/{best}'))}",
             "≤ floor and ≤ best anchor", wv <= fl and wv <= an[best])
 
     fh = load("first-hit")
@@ -1028,10 +1033,10 @@ if IDLE:
                     ok = wv <= fl and wv <= an[best]
                 # Each reference's after-gap time beside its ratio: when the idle penalty is
                 # about the same for every target, the ratio favours the slower warm call.
-                ms = lambda t: f"({f(mval(t, f'{kind}_after_{g}_ms'))} ms)"
-                ref = f"floor {f(fl, 1)} {ms(G['floor'])}" if "floor" in G else "floor –"
-                ref += f", {best} {f(an[best], 1)} {ms(G[f'{path}/{best}'])}" if best else ", –"
-                bar(what, f"{f(wv, 1)} {ms(wt)}", ref, "≤ floor and ≤ best anchor", ok)
+                ms = lambda t: mval(t, f"{kind}_after_{g}_ms")
+                ref = f"floor {ratio_ms(fl, ms(G['floor']))}" if "floor" in G else "floor –"
+                ref += f", {best} {ratio_ms(an[best], ms(G[f'{path}/{best}']))}" if best else ", –"
+                bar(what, ratio_ms(wv, ms(wt)), ref, "≤ floor and ≤ best anchor", ok)
 
 # ------------------------------------------------------------------ burst
 burst = load("burst")
@@ -1148,7 +1153,7 @@ w(f"""## Machine and versions
 | machine | {M['nproc']} cores (`nproc`), {M['cpu']}, {M['mem']} RAM |
 | kernel | {M['kernel']} (`uname -r`) |
 | CPU mitigations | {M.get('mitigations') or 'none reported'} (`/sys/devices/system/cpu/vulnerabilities`) |
-| TCP | congestion control {M.get('tcp_cc') or 'not recorded'} (`net.ipv4.tcp_congestion_control`, `net.core.default_qdisc`) |
+| TCP | congestion control {M.get('tcp_cc') or 'not recorded'}, qdisc {M.get('qdisc') or 'not recorded'} (`net.ipv4.tcp_congestion_control`, `net.core.default_qdisc`) |
 | limits | open files {M['nofile']} (the hard limit; raising it is not permitted here), somaxconn {M['somaxconn']}, tcp_tw_reuse {M['tw_reuse']}, ephemeral ports {M['port_range']} |
 | wharf | git `{M['wharf_rev']}` + {M['wharf_dirty']} modified tracked files, `{M['wharf_version']}`, release build, sha256 `{M['wharf_sha']}…`; tokio workers: {M['wharf_workers_shared']} shared, {M['wharf_workers_pinned']} pinned (counted from thread names) |
 | nginx | {M['nginx_version']} (Debian), worker_connections {M['nginx_worker_connections']}, cache on {M['cache_dir']} |
@@ -1751,7 +1756,8 @@ phase "report"
     # The congestion control decides how a sender's segments are paced (BBR without the fq
     # qdisc paces with a kernel timer; stop 37's MSG_MORE lab paid for it): recorded beside
     # the mitigations, as it changes what a segment costs from one boot to the next.
-    echo "tcp_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control), qdisc $(cat /proc/sys/net/core/default_qdisc)"
+    echo "tcp_cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control)"
+    echo "qdisc=$(cat /proc/sys/net/core/default_qdisc)"
     echo "mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "nofile=$NOFILE"
     echo "somaxconn=$(cat /proc/sys/net/core/somaxconn)"
