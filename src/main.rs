@@ -74,13 +74,32 @@ fn run(
         Command::Testbed { listen } => {
             let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
             report_fd_table(&fd_table);
-            runtime.block_on(cli::testbed::run(listen))
+            on_a_worker(runtime, cli::testbed::run(listen))
         }
         Command::Bench(args) => {
             let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
             report_fd_table(&fd_table);
-            runtime.block_on(cli::bench::run(args))
+            on_a_worker(runtime, cli::bench::run(args))
         }
+    }
+}
+
+/// Runs `job` as a task on one of the runtime's workers and waits for it on this thread.
+///
+/// A future driven by `block_on` runs on this thread, which is not a worker: the workers
+/// poll the sockets, so each readiness event it waits for is a worker waking this thread
+/// through a futex. For the load lab's single calls (`bench`'s idle and first-call
+/// timings) and the testbed's accept loop that is one thread hand-over inside every timed
+/// call or new connection; on a worker the task runs where its sockets' events are read.
+fn on_a_worker(
+    runtime: &Runtime,
+    job: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+) -> anyhow::Result<()> {
+    match runtime.block_on(runtime.spawn(job)) {
+        Ok(outcome) => outcome,
+        // A panic in the job stays a panic, as it was under `block_on`.
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(anyhow::anyhow!("the task was cancelled: {error}")),
     }
 }
 
@@ -94,5 +113,47 @@ fn report_fd_table(fd_table: &std::io::Result<u64>) {
             "cannot size the descriptor table at start; it grows as connections open, \
              each doubling a stall of a few milliseconds"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("test-worker")
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_job_runs_on_a_worker_not_on_the_calling_thread() {
+        let caller = std::thread::current().id();
+        let outcome = on_a_worker(&runtime(), async move {
+            let here = std::thread::current();
+            anyhow::ensure!(here.id() != caller, "the job ran on the calling thread");
+            anyhow::ensure!(
+                here.name() == Some("test-worker"),
+                "the job ran on {:?}, not a worker",
+                here.name()
+            );
+            Ok(())
+        });
+        assert!(outcome.is_ok(), "{outcome:?}");
+    }
+
+    #[test]
+    fn a_job_error_and_a_job_panic_reach_the_caller() {
+        let runtime = runtime();
+        let error = on_a_worker(&runtime, async { Err(anyhow::anyhow!("no such port")) });
+        assert_eq!(error.unwrap_err().to_string(), "no such port");
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            on_a_worker(&runtime, async { panic!("the job broke") })
+        }));
+        let payload = panic.unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the job broke"));
     }
 }

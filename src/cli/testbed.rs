@@ -21,11 +21,13 @@ pub(crate) async fn run(listen: std::net::SocketAddr) -> anyhow::Result<()> {
         .context("testbed: reading the bound address")?;
     info!(addr = %addr, "testbed listening");
     // Scripts read this line to learn the port (e.g. with --listen 127.0.0.1:0).
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "testbed listening on http://{addr}")
-        .and_then(|()| stdout.flush())
-        .context("testbed: writing the address to stdout")?;
-    drop(stdout);
+    {
+        // Scoped, not dropped by hand: the lock must not live across the `await` below.
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "testbed listening on http://{addr}")
+            .and_then(|()| stdout.flush())
+            .context("testbed: writing the address to stdout")?;
+    }
     wharf_testbed::serve(listener, shutdown_signal())
         .await
         .context("testbed: serving")?;
