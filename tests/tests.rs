@@ -8,6 +8,7 @@ mod cores;
 mod faults;
 mod host;
 mod hostile;
+mod lab_cli;
 mod proxy_cache;
 mod proxy_errors;
 mod proxy_ssrf;

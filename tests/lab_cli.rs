@@ -1,0 +1,100 @@
+//! `wharf testbed` and `wharf bench` as a user runs them: the built binary, one timing the
+//! other, and the testbed stopped by a signal.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `wharf testbed` process on an ephemeral port, killed if a test ends without stopping it.
+struct TestbedProcess {
+    child: Child,
+    url: String,
+}
+
+impl TestbedProcess {
+    fn start() -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(["testbed", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The line scripts read to learn the port.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("testbed listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Self { child, url }
+    }
+
+    /// Sends SIGTERM and waits up to `within` for the process to exit; its exit status.
+    fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM failed");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still running {within:?} after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for TestbedProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `ok` and error counts of `class` over all rounds in a `--json` report's one target.
+fn counts(report: &serde_json::Value, class: &str) -> (u64, u64) {
+    let classes = report["targets"][0]["classes"].as_array().unwrap();
+    let found = classes
+        .iter()
+        .find(|c| c["name"] == class)
+        .unwrap_or_else(|| panic!("no class {class:?} in {classes:?}"));
+    let total = &found["total"];
+    (
+        total["ok"].as_u64().unwrap(),
+        total["errors"]["total"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn bench_idle_times_every_call_of_a_testbed_process_and_the_testbed_stops_on_sigterm() {
+    let mut testbed = TestbedProcess::start();
+    let output = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["bench", "idle", "--gaps", "200ms", "--warm-calls", "4"])
+        .args(["--rounds", "2", "--json", "--quiet", "--target"])
+        .arg(format!("testbed={}/fast", testbed.url))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["scenario"], "idle");
+    assert_eq!(report["rounds"], 2);
+    // Per round: the warm calls, 5 warm new connections (the default), one call after the
+    // gap on the kept connection and one on a new connection.
+    assert_eq!(counts(&report, "warm keep-alive"), (8, 0));
+    assert_eq!(counts(&report, "warm new connection"), (10, 0));
+    assert_eq!(counts(&report, "after gap, keep-alive"), (2, 0));
+    assert_eq!(counts(&report, "after gap, new connection"), (2, 0));
+
+    let status = testbed.terminate(Duration::from_secs(10));
+    assert!(status.success(), "testbed exited with {status}");
+}
