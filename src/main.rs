@@ -65,7 +65,10 @@ fn run(
             };
             let telemetry_init = started.elapsed();
             report_fd_table(&fd_table);
-            runtime.block_on(cli::serve::run(loaded, telemetry_init, exec_started))
+            on_a_worker(
+                runtime,
+                cli::serve::run(loaded, telemetry_init, exec_started),
+            )
         }
         Command::Check { config } => {
             let _telemetry = telemetry::init(&TelemetryConfig::default(), cli.log_format)?;
@@ -88,9 +91,11 @@ fn run(
 ///
 /// A future driven by `block_on` runs on this thread, which is not a worker: the workers
 /// poll the sockets, so each readiness event it waits for is a worker waking this thread
-/// through a futex. For the load lab's single calls (`bench`'s idle and first-call
-/// timings) and the testbed's accept loop that is one thread hand-over inside every timed
-/// call or new connection; on a worker the task runs where its sockets' events are read.
+/// through a futex. Every async subcommand runs through here: for `bench`'s single calls
+/// (the idle and first-call timings), the testbed's accept loop and `serve`'s own accept
+/// loop (the Unix listener, and TCP when the first core could not start) that was one
+/// thread hand-over inside every timed call or new connection; on a worker the task runs
+/// where its sockets' events are read.
 fn on_a_worker(
     runtime: &Runtime,
     job: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,

@@ -5,6 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::send_signal;
+
 /// A `wharf testbed` process on an ephemeral port, killed if a test ends without stopping it.
 struct TestbedProcess {
     child: Child,
@@ -34,11 +36,7 @@ impl TestbedProcess {
 
     /// Sends SIGTERM and waits up to `within` for the process to exit; its exit status.
     fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success(), "kill -TERM failed");
+        send_signal(self.child.id(), "TERM");
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

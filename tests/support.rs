@@ -127,13 +127,9 @@ impl WharfProcess {
         format!("http://{}{path}", self.addr)
     }
 
-    /// Sends a signal by name (`TERM`, `HUP`, …) with kill(1).
+    /// Sends a signal by name (`TERM`, `HUP`, …).
     pub(crate) fn signal(&self, name: &str) {
-        let sent = std::process::Command::new("kill")
-            .args([format!("-{name}"), self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success(), "kill -{name} failed");
+        send_signal(self.child.id(), name);
     }
 
     /// Waits for the process to exit; returns its status and every log line.
@@ -148,6 +144,15 @@ impl WharfProcess {
         let logs = logs.join().unwrap().join("\n");
         (status, logs)
     }
+}
+
+/// Sends the signal `name` (`TERM`, `HUP`, …) to process `pid` with kill(1).
+pub(crate) fn send_signal(pid: u32, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{name} {pid} failed");
 }
 
 /// An HTTP/1.1 server on 127.0.0.1:0 that answers every request with `body`

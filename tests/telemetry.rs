@@ -154,11 +154,7 @@ impl Wharf {
 
     /// SIGTERM, then the exit status (bounded wait) and every log line.
     async fn terminate(mut self) -> (std::process::ExitStatus, String) {
-        let killed = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
+        send_signal(self.child.id(), "TERM");
         let deadline = Instant::now() + LIMIT;
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
