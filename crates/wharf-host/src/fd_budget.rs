@@ -12,11 +12,17 @@
 //! says so. HTTP/2 sessions can carry many calls each; those are bounded by the
 //! services' bulkheads, not by this budget.
 //!
+//! Idle upstream connections hold descriptors too: they borrow them from the
+//! process's open-files ledger (`wharf_limits::descriptors`), which this
+//! module gives the limit and the reserve, and which recalls them as sessions
+//! need them.
+//!
 //! Main items: [`session_limit`] (what the host uses), [`sessions_within`]
 //! (the arithmetic, pure).
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use tracing::{info, warn};
+use wharf_limits::descriptors::{self, DescriptorLedger};
 
 use crate::h1::pipes::SPLICE_PIPE_FDS;
 
@@ -32,13 +38,14 @@ pub(crate) const RESERVED_FDS: u64 = 128 + SEALED_BODY_FDS + SPLICE_PIPE_FDS;
 pub const SEALED_BODY_FDS: u64 = 128;
 
 /// Descriptors one session may hold at once: its own and one upstream.
-pub(crate) const FDS_PER_SESSION: u64 = 2;
+pub(crate) const FDS_PER_SESSION: u64 = descriptors::FDS_PER_SESSION as u64;
 
 /// The sessions to admit at once: `configured` (`max_connections`), lowered
 /// to what the open-files limit allows after raising the soft limit to the
 /// hard one. Logs a warning when it lowers the value.
 pub(crate) fn session_limit(configured: usize) -> usize {
     let limit = raise_nofile_limit();
+    DescriptorLedger::process().set_limit(limit, RESERVED_FDS);
     let effective = sessions_within(configured, limit);
     if effective < configured {
         warn!(

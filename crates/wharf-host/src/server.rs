@@ -15,6 +15,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 use wharf_config::{LimitsConfig, ServerConfig};
+use wharf_limits::descriptors::{DescriptorLedger, SessionTicket};
 use wharf_metrics::{Metrics, SessionMetrics};
 
 use crate::admin::ReloadHook;
@@ -248,33 +249,49 @@ pub(crate) struct Sessions {
     /// Notified when the last session closes.
     all_closed: Notify,
     metrics: SessionMetrics,
+    /// The process's open-files ledger: every open session may need two descriptors, which
+    /// idle upstream connections give back (`wharf_limits::descriptors`).
+    ledger: Arc<DescriptorLedger>,
 }
 
 impl Sessions {
     pub(crate) fn new(metrics: SessionMetrics) -> Arc<Self> {
+        Self::on_ledger(metrics, DescriptorLedger::process())
+    }
+
+    /// Sessions counted on `ledger` (a test's own; the host uses the process's).
+    fn on_ledger(metrics: SessionMetrics, ledger: Arc<DescriptorLedger>) -> Arc<Self> {
         Arc::new(Self {
             open: AtomicUsize::new(0),
             all_closed: Notify::new(),
             metrics,
+            ledger,
         })
     }
 
     pub(crate) fn opened(self: &Arc<Self>) -> SessionGuard {
         let open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
         self.metrics.set_active(open);
-        SessionGuard(self.clone())
+        SessionGuard {
+            sessions: self.clone(),
+            _ticket: self.ledger.session_opened(),
+        }
     }
 }
 
-/// One open session, counted until dropped.
-pub(crate) struct SessionGuard(Arc<Sessions>);
+/// One open session, counted (here and on the open-files ledger) until dropped.
+pub(crate) struct SessionGuard {
+    sessions: Arc<Sessions>,
+    /// Held, not read: dropping it counts the session off the ledger.
+    _ticket: SessionTicket,
+}
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        let open = self.0.open.fetch_sub(1, Ordering::AcqRel) - 1;
-        self.0.metrics.set_active(open);
+        let open = self.sessions.open.fetch_sub(1, Ordering::AcqRel) - 1;
+        self.sessions.metrics.set_active(open);
         if open == 0 {
-            self.0.all_closed.notify_waiters();
+            self.sessions.all_closed.notify_waiters();
         }
     }
 }
@@ -632,5 +649,49 @@ mod tests {
             };
             assert_eq!(session_limits(&server).splice_bodies, splice_bodies);
         }
+    }
+
+    /// An idle pool's stand-in: holds `held` lent descriptors and gives them back.
+    struct IdleStandIn {
+        ledger: Arc<DescriptorLedger>,
+        held: std::sync::Mutex<usize>,
+    }
+
+    impl wharf_limits::descriptors::Lender for IdleStandIn {
+        fn recall(&self, wanted: usize) -> usize {
+            let mut held = self.held.lock().unwrap();
+            let given = wanted.min(*held);
+            *held -= given;
+            self.ledger.give_back(given);
+            given
+        }
+    }
+
+    #[test]
+    fn an_opening_session_takes_its_descriptors_back_from_idle_connections() {
+        let ledger = DescriptorLedger::unlimited();
+        ledger.set_limit(Some(110), 10);
+        assert!(ledger.lend(100), "no session open: all 100 may be lent");
+        let idle = Arc::new(IdleStandIn {
+            ledger: ledger.clone(),
+            held: std::sync::Mutex::new(100),
+        });
+        let lender: Arc<dyn wharf_limits::descriptors::Lender> = idle.clone();
+        ledger.register(Arc::downgrade(&lender));
+        let sessions = Sessions::on_ledger(Metrics::new().sessions(10), ledger.clone());
+
+        let guards: Vec<_> = (0..3).map(|_| sessions.opened()).collect();
+        assert_eq!(
+            *idle.held.lock().unwrap(),
+            94,
+            "two descriptors per session"
+        );
+        assert_eq!(ledger.overdrawn(), 0);
+        drop(guards);
+        assert!(
+            ledger.lend(6),
+            "closed sessions leave their descriptors to lend"
+        );
+        assert!(!ledger.lend(1));
     }
 }

@@ -9,6 +9,12 @@
 //!
 //! This crate only counts and waits; turning a rejection into a 503 and
 //! holding the permit until the response body ends is the host's job.
+//!
+//! The other limit kept here is process-wide: [`descriptors`], the open-files
+//! ledger that lets idle upstream connections use only the descriptors
+//! sessions leave free.
+
+pub mod descriptors;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

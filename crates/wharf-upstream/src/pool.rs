@@ -19,12 +19,19 @@
 //! a fast upstream most calls reuse a connection the previous calls just returned instead
 //! of each opening its own; calls behind slow ones that hold their connections wait at most
 //! `max_connect_wait`.
+//!
+//! Idle connections are descriptors the open sessions may need: a pool keeps one only with
+//! a descriptor lent by the process's [`DescriptorLedger`] (borrowed `LEASE` at a time),
+//! and gives them back, closing idle connections oldest first, when the ledger recalls them
+//! for sessions; before a call opens a connection of its own the ledger is asked to make
+//! room. So the caps above bound the pool, and what sessions leave free bounds it further.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 use tokio::sync::Notify;
+use wharf_limits::descriptors::{DescriptorLedger, Lender};
 
 use crate::connection::Connection;
 
@@ -61,12 +68,44 @@ impl Upstream {
     }
 }
 
+/// Descriptors a pool borrows from the ledger at a time, so that keeping and reusing idle
+/// connections seldom touches the counter the cores share.
+pub(crate) const LEASE: usize = 16;
+
 /// What the pool's mutex guards.
 #[derive(Default)]
 struct Slots {
     by_key: HashMap<Arc<str>, Upstream>,
     /// Idle connections over all keys.
     total: usize,
+    /// Descriptors borrowed from the ledger: at least `total`, at most a few leases more.
+    lent: usize,
+}
+
+/// Borrows a descriptor for one more idle connection (`total` held now) when the lease
+/// (`lent`) has none spare: a lease, or at least one; `false` when the ledger has none.
+fn borrow_one(total: usize, lent: &mut usize, ledger: &DescriptorLedger) -> bool {
+    if total < *lent {
+        return true;
+    }
+    for count in [LEASE, 1] {
+        if ledger.lend(count) {
+            *lent += count;
+            return true;
+        }
+    }
+    false
+}
+
+impl Slots {
+    /// Gives back what the lease holds beyond the idle connections and one spare lease.
+    fn return_spare(&mut self, ledger: &DescriptorLedger) {
+        let spare = self.lent - self.total;
+        if spare > 2 * LEASE {
+            ledger.give_back(spare - LEASE);
+            self.lent -= spare - LEASE;
+        }
+    }
 }
 
 /// Bounds of an [`IdlePool`].
@@ -162,6 +201,8 @@ fn upstream_entry<'a>(
 pub struct IdlePool {
     limits: PoolLimits,
     slots: Mutex<Slots>,
+    /// Lends the descriptors idle connections hold, and recalls them for sessions.
+    ledger: Arc<DescriptorLedger>,
     /// Wakes the sweeper sleeping on an empty pool: a first upstream came in, or the pool
     /// is gone (then the sweeper ends).
     sweeper_wake: Arc<Notify>,
@@ -169,7 +210,38 @@ pub struct IdlePool {
 
 impl Drop for IdlePool {
     fn drop(&mut self) {
+        // The idle connections close with the pool.
+        let lent = self.lock().lent;
+        self.ledger.give_back(lent);
         self.sweeper_wake.notify_one();
+    }
+}
+
+impl Lender for IdlePool {
+    fn recall(&self, wanted: usize) -> usize {
+        let mut closed = Vec::new();
+        let given = {
+            let mut slots = self.lock();
+            // The spare lease first: it closes nothing.
+            let mut freed = slots.lent - slots.total;
+            let Slots { by_key, total, .. } = &mut *slots;
+            for upstream in by_key.values_mut() {
+                if freed >= wanted {
+                    break;
+                }
+                let closing = (wanted - freed).min(upstream.idle.len());
+                // Oldest first: the likeliest to have been closed by the upstream anyway.
+                closed.extend(upstream.idle.drain(..closing));
+                *total -= closing;
+                freed += closing;
+            }
+            let given = freed.min(slots.lent);
+            slots.lent -= given;
+            given
+        };
+        self.ledger.give_back(given);
+        drop(closed);
+        given
     }
 }
 
@@ -202,13 +274,22 @@ impl PoolSlot {
 }
 
 impl IdlePool {
-    /// An empty pool with these bounds.
+    /// An empty pool with these bounds, borrowing from the process's ledger.
     pub fn new(limits: PoolLimits) -> Arc<Self> {
-        Arc::new(Self {
+        Self::with_ledger(limits, DescriptorLedger::process())
+    }
+
+    /// An empty pool with these bounds, borrowing from `ledger`.
+    pub fn with_ledger(limits: PoolLimits, ledger: Arc<DescriptorLedger>) -> Arc<Self> {
+        let pool = Arc::new(Self {
             limits,
             slots: Mutex::new(Slots::default()),
+            ledger,
             sweeper_wake: Arc::new(Notify::new()),
-        })
+        });
+        let lender: Weak<dyn Lender> = Arc::downgrade(&(pool.clone() as Arc<dyn Lender>));
+        pool.ledger.register(lender);
+        pool
     }
 
     /// The pool's bounds.
@@ -231,13 +312,18 @@ impl IdlePool {
         let shared_key;
         {
             let mut slots = self.lock();
-            let Slots { by_key, total } = &mut *slots;
+            let Slots { by_key, total, .. } = &mut *slots;
             shared_key = self::shared_key(by_key, key);
             if let Some(upstream) = by_key.get_mut(key) {
                 found = take_idle(upstream, total, now, self.limits.idle_timeout, &mut closed);
             }
+            slots.return_spare(&self.ledger);
         }
         drop(closed);
+        if found.is_none() {
+            // The caller connects: a descriptor lent to an idle connection may be needed.
+            self.ledger.make_room();
+        }
         let slot = PoolSlot {
             pool: self.clone(),
             key: shared_key,
@@ -253,12 +339,15 @@ impl IdlePool {
         let mut closed = Vec::new();
         let checkout = {
             let mut slots = self.lock();
-            let Slots { by_key, total } = &mut *slots;
+            let Slots { by_key, total, .. } = &mut *slots;
             self.wake_sweeper_if_empty(by_key);
             let (key, upstream) = upstream_entry(by_key, key);
-            self.take_or_permit(key, upstream, total, now, &mut closed, false)
+            let checkout = self.take_or_permit(key, upstream, total, now, &mut closed, false);
+            slots.return_spare(&self.ledger);
+            checkout
         };
         drop(closed);
+        self.before_connecting(checkout.as_ref());
         checkout
     }
 
@@ -277,7 +366,7 @@ impl IdlePool {
             let mut closed = Vec::new();
             let next = {
                 let mut slots = self.lock();
-                let Slots { by_key, total } = &mut *slots;
+                let Slots { by_key, total, .. } = &mut *slots;
                 self.wake_sweeper_if_empty(by_key);
                 let (key, upstream) = upstream_entry(by_key, key);
                 if was_waiting {
@@ -314,6 +403,7 @@ impl IdlePool {
                     if let Some(wake) = pass_on {
                         wake.notify_one();
                     }
+                    self.before_connecting(Some(&checkout));
                     return checkout;
                 }
                 // A wake-up sent between the lock's release and this await is kept by the
@@ -323,6 +413,15 @@ impl IdlePool {
                     waited_out = woken.await.is_err();
                 }
             }
+        }
+    }
+
+    /// Outside the lock, when the call is to open a connection: asks the ledger to recall
+    /// lent descriptors the open sessions need (this pool's too), so that the connect finds
+    /// one. Two loads when nothing is overdrawn.
+    fn before_connecting(&self, checkout: Option<&Checkout>) {
+        if let Some(Checkout::Connect(..)) = checkout {
+            self.ledger.make_room();
         }
     }
 
@@ -382,7 +481,11 @@ impl IdlePool {
         let wake;
         {
             let mut slots = self.lock();
-            let Slots { by_key, total } = &mut *slots;
+            let Slots {
+                by_key,
+                total,
+                lent,
+            } = &mut *slots;
             self.wake_sweeper_if_empty(by_key);
             let upstream = by_key.entry(key.clone()).or_default();
             if upstream.idle.len() >= self.limits.max_idle_per_key {
@@ -390,7 +493,8 @@ impl IdlePool {
                 surplus = Some(upstream.idle.remove(0));
                 *total -= 1;
             }
-            if *total >= self.limits.max_idle_total {
+            // Past the caps, or no descriptor to spare beside the open sessions.
+            if *total >= self.limits.max_idle_total || !borrow_one(*total, lent, &self.ledger) {
                 drop(slots);
                 drop(surplus);
                 return; // `connection` is closed here, outside the lock
@@ -429,7 +533,7 @@ impl IdlePool {
         let mut closed = Vec::new();
         {
             let mut slots = self.lock();
-            let Slots { by_key, total } = &mut *slots;
+            let Slots { by_key, total, .. } = &mut *slots;
             by_key.retain(|_, upstream| {
                 let idle = &mut upstream.idle;
                 let before = idle.len();
@@ -444,6 +548,7 @@ impl IdlePool {
                 closed.extend(stale);
                 !upstream.is_unused()
             });
+            slots.return_spare(&self.ledger);
         }
         drop(closed);
     }
@@ -568,6 +673,121 @@ mod tests {
             Some(Checkout::Idle(_, connection)) => assert_eq!(connection.buf.capacity(), 0),
             other => panic!("expected the idle connection, got {other:?}"),
         }
+    }
+
+    /// A ledger with `room` descriptors to lend beside a reserve of 10 and no session.
+    fn ledger_with_room(room: u64) -> Arc<DescriptorLedger> {
+        let ledger = DescriptorLedger::unlimited();
+        ledger.set_limit(Some(10 + room), 10);
+        ledger
+    }
+
+    /// Checks `count` open connections to `key` into `pool`; returns the upstream's ends.
+    async fn fill(
+        pool: &Arc<IdlePool>,
+        key: &str,
+        count: usize,
+        listener: &TcpListener,
+    ) -> Vec<TcpStream> {
+        let mut upstream_ends = Vec::new();
+        for _ in 0..count {
+            // A slot of its own: `check_out` would take the connection just returned.
+            let slot = PoolSlot {
+                pool: pool.clone(),
+                key: Arc::from(key),
+            };
+            let (connection, upstream_end) = open_connection(listener).await;
+            slot.check_in(connection);
+            upstream_ends.push(upstream_end);
+        }
+        upstream_ends
+    }
+
+    /// Whether the upstream's end of a connection sees it closed (EOF) within `wait`: a
+    /// close is seen at once, so a short wait tells an open connection.
+    async fn sees_close_within(upstream_end: &mut TcpStream, wait: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(wait, upstream_end.read(&mut byte)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    async fn sees_close(upstream_end: &mut TcpStream) -> bool {
+        sees_close_within(upstream_end, Duration::from_millis(100)).await
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_kept_only_with_a_descriptor_to_spare() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ledger = ledger_with_room(3);
+        let pool = IdlePool::with_ledger(LIMITS, ledger.clone());
+        let mut ends = fill(&pool, "up", 4, &listener).await;
+        assert_eq!(
+            pool.idle_count(),
+            3,
+            "three descriptors to lend, four returned"
+        );
+        assert_eq!(ledger.lent(), 3);
+        assert!(sees_close(&mut ends[3]).await, "the fourth was closed");
+        assert!(!sees_close(&mut ends[2]).await, "the third is kept open");
+    }
+
+    #[tokio::test]
+    async fn sessions_opening_recall_idle_connections_oldest_first() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ledger = ledger_with_room(8);
+        let pool = IdlePool::with_ledger(LIMITS, ledger.clone());
+        let mut ends = fill(&pool, "up", 4, &listener).await;
+        ends.extend(fill(&pool, "other", 4, &listener).await);
+        assert_eq!(pool.idle_count(), 8);
+        // Each session may need two descriptors: three of them take back six.
+        let sessions: Vec<_> = (0..3).map(|_| ledger.session_opened()).collect();
+        assert_eq!(pool.idle_count(), 2);
+        assert_eq!(ledger.lent(), 2);
+        assert_eq!(ledger.overdrawn(), 0);
+        let mut open = Vec::new();
+        for (index, end) in ends.iter_mut().enumerate() {
+            if !sees_close(end).await {
+                open.push(index);
+            }
+        }
+        // Oldest first: the two kept are the newest returned to one of the keys.
+        assert!(open == [2, 3] || open == [6, 7], "kept open: {open:?}");
+        drop(sessions);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_connects_takes_its_descriptor_back_from_another_pool() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ledger = ledger_with_room(4);
+        let holding = IdlePool::with_ledger(LIMITS, ledger.clone());
+        let connecting = IdlePool::with_ledger(LIMITS, ledger.clone());
+        let _ends = fill(&holding, "up", 4, &listener).await;
+        assert_eq!(holding.idle_count(), 4);
+        // Overdrawn without a session opening to recall it (as when a loan raced a
+        // session's recall): the connect makes room.
+        ledger.set_limit(Some(10), 10);
+        assert_eq!(ledger.overdrawn(), 4);
+        let _permit = expect_connect(connecting.try_acquire("elsewhere"));
+        assert_eq!(
+            holding.idle_count(),
+            0,
+            "every lent descriptor was recalled"
+        );
+        assert_eq!(ledger.overdrawn(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_pool_gives_its_loan_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ledger = ledger_with_room(100);
+        let pool = IdlePool::with_ledger(LIMITS, ledger.clone());
+        let _ends = fill(&pool, "up", 3, &listener).await;
+        assert!(ledger.lent() >= 3);
+        drop(pool);
+        assert_eq!(ledger.lent(), 0);
     }
 
     const SWEEP_EVERY: Duration = Duration::from_secs(10);
