@@ -188,6 +188,54 @@ async fn get_owned(url: String) -> TestResponse {
 }
 
 #[tokio::test]
+async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
+    // The open-files ledger (wharf_limits::descriptors): with `ulimit -n` at the reserve
+    // (384) + 2, the one session admitted may need both descriptors, so an origin
+    // connection whose response has ended is closed, not kept, and every call connects.
+    // With 12 more, a returned connection is kept beside the few sessions open (a call's
+    // own, and the previous call's until its close is read) and the calls reuse it: one
+    // connection per core's pool at most.
+    let (origin, accepted) = counting_server(b"pooled").await;
+    let config = config_file(
+        "open-files-ledger",
+        &format!(
+            "{}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n",
+            server_table("")
+        ),
+    );
+    for (open_files, most_connections) in [(386, 4), (398, 2)] {
+        accepted.store(0, std::sync::atomic::Ordering::SeqCst);
+        let wharf = WharfProcess::start_with_open_files(&config, open_files);
+        for i in 0..4 {
+            let target = encode(&format!("http://{origin}/item/{i}"));
+            let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
+            assert_eq!(response.status, 200, "ulimit -n {open_files}, call {i}");
+            assert_eq!(response.bytes().as_ref(), b"pooled");
+        }
+        let connections = accepted.load(std::sync::atomic::Ordering::SeqCst);
+        if open_files == 386 {
+            assert_eq!(
+                connections, 4,
+                "ulimit -n 386: no origin connection is kept"
+            );
+        } else {
+            assert!(
+                connections <= most_connections,
+                "ulimit -n {open_files}: {connections} origin connections for four calls"
+            );
+        }
+        wharf.signal("TERM");
+        let (status, logs) = wharf.wait().await;
+        assert!(status.success(), "{logs}");
+        assert!(
+            logs.contains("max_connections is above what the open-files limit allows"),
+            "the start warns that the limit lowers the sessions: {logs}"
+        );
+    }
+    remove_config_file(&config);
+}
+
+#[tokio::test]
 async fn warm_calls_reuse_the_upstream_connection() {
     let (origin, accepted) = counting_server(b"pooled").await;
     let wharf = start_wharf(

@@ -81,11 +81,32 @@ impl WharfProcess {
     /// Starts `wharf --log-format json serve --config PATH` and waits (bounded)
     /// for it to log its address.
     pub(crate) fn start(config: &std::path::Path) -> WharfProcess {
-        use std::io::{BufRead, BufReader};
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"));
+        command
             .args(["--log-format", "json", "serve", "--config"])
-            .arg(config)
+            .arg(config);
+        Self::spawn(command)
+    }
+
+    /// As [`WharfProcess::start`], with the open-files limit (soft and hard) set to
+    /// `open_files` by the shell that execs it (the same process id).
+    pub(crate) fn start_with_open_files(config: &std::path::Path, open_files: u64) -> WharfProcess {
+        let mut command = std::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_wharf"))
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(config);
+        Self::spawn(command)
+    }
+
+    /// Runs `command` (a `wharf serve`) with its stderr read here and waits (bounded) for
+    /// its address.
+    fn spawn(mut command: std::process::Command) -> WharfProcess {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = command
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
