@@ -21,7 +21,7 @@
 #      responsiveness (1000 slow + 100 fast; full run: 10000 slow, with RSS per call),
 #      burst (2000 new connections), throughput (cache hit and pass-through, 1 KiB and
 #      100 KiB, 64 connections, "shared" and "pinned"), wharf's router (plain forward vs
-#      header rewrite, a run of its own with more rounds),
+#      header rewrite, runs of their own with more rounds, shared and pinned),
 #      cold-start (exec to first proxied 200), first call after start (and the first
 #      cache hit after the fill), idle (20 s, full run 3 rounds and also 120 s; on
 #      dedicated instances per gap, every run side by side, staggered), and in the full
@@ -66,7 +66,7 @@ if [ "$QUICK" = 1 ]; then
     RESP_ROUNDS=1          # responsiveness, 1000 slow + 100 fast
     BURST_ROUNDS=1
     TP_ROUNDS=1; TP_DURATION=1s; TP_WARMUP=500ms
-    ROUTE_ROUNDS=2; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
+    ROUTE_ROUNDS=2; ROUTE_PINNED_ROUNDS=2; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
     CG_CALLS=500
     COLD_RUNS=3
     FIRST_ROUNDS=2
@@ -98,7 +98,7 @@ else
     # in stop 37 ten-round runs read 0.948 and 0.965, a lab of 20 rounds of 2 s 1.018 by the
     # medians' ratio (0.979 paired), two of 20 rounds of 1 s 0.978 and 0.977: more, shorter
     # interleaved rounds wander less than the 2 % the rewrite costs in this phase.
-    ROUTE_ROUNDS=20; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
+    ROUTE_ROUNDS=20; ROUTE_PINNED_ROUNDS=10; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
     CG_CALLS=2000
     COLD_RUNS=10
     # Nine starts per target: each round's figure is one first call over that round's warm
@@ -831,8 +831,12 @@ if cg:
       "lower count is less CPU in the gateway's own code, not by itself a higher rate.\n\n"
       + table(["path", "wharf", "nginx", "HAProxy", "wharf × best anchor (fewest)"], rows) + "\n")
 
-rep = load("router")
-if rep:
+def router_section(name, mode):
+    """wharf's router figure from the run NAME ("shared" or "pinned" MODE): its table and
+    its verdict row; the instruction counts (one per build, not per mode) with the shared one."""
+    rep = load(name)
+    if not rep:
+        return
     T = targets(rep)
     p, r = T.get("route-1KiB/plain"), T.get("route-1KiB/rewrite")
     if p and r:
@@ -846,16 +850,19 @@ if rep:
                          str(c["total"]["errors"]["total"])])
         paired = [b / a for a, b in zip(metric(p, "requests_per_s")["per_round"],
                                          metric(r, "requests_per_s")["per_round"]) if a and b]
-        shared = load("throughput-shared")
-        pass_wharf = targets(shared).get("pass-1KiB/wharf")
+        beside = load(f"throughput-{mode}")
+        pass_wharf = targets(beside).get("pass-1KiB/wharf") if beside else None
         pw = mval(pass_wharf, "requests_per_s") if pass_wharf else None
         settings = dict((s["name"], s["value"]) for s in rep["settings"])
-        S("### wharf's router: header rewrite vs plain forward (shared)\n\n"
+        S(f"### wharf's router: header rewrite vs plain forward ({mode})\n\n"
           "Two `route` services to the same testbed, `/bytes/1024`, strip_prefix; `/rewrite` also sets "
           "`x-via` and `x-tenant` and removes `x-internal-token`. Their own interleaved run (the ratio of "
           f"two near-equal rates needs more rounds than the throughput tables): {rep['rounds']} round(s) of "
           f"{settings['duration']} after a {settings['warmup']} warm-up, 64 keep-alive connections, "
-          "wharf with 2 workers.\n\n"
+          + ("wharf with 2 workers.\n\n" if mode == "shared" else
+             "wharf with one worker on CPU 1, the client and the testbed on CPU 0 (as the pinned "
+             "throughput tables): the rewrite's cost per call on one core, with less of the "
+             "scheduler's noise than the shared run.\n\n")
           + table(["route", "requests/s (median)", "per round", "p50 ms", "p99 ms", "wharf CPU µs per call", "errors"],
                   rows)
           + f"\nrewrite / plain = **{ratio(rr, pr):.3f}** (medians)"
@@ -863,11 +870,11 @@ if rep:
              if mval(p, "server_cpu_us_per_call") and mval(r, "server_cpu_us_per_call") else "")
           + (f"; the median of the {len(paired)} per-round ratios, each pair measured back to back, is "
              f"{statistics.median(paired):.3f}." if paired else ".")
-          + (f" For scale: the proxy's pass-through of the same object made {f(pw)} req/s in the shared "
+          + (f" For scale: the proxy's pass-through of the same object made {f(pw)} req/s in the {mode} "
              f"throughput table (plain route / proxy pass-through = {ratio(pr, pw):.2f}; not the same run)."
              if pw else "") + "\n")
         instructions = None
-        if cg:
+        if cg and mode == "shared":
             per_call = cg["wharf"]
             instructions = statistics.median(per_call["rewrite"]) / statistics.median(per_call["plain"])
             S("**Instructions per call** (callgrind, wharf with one worker, "
@@ -878,9 +885,16 @@ if rep:
               + f"; rewrite / plain = **{instructions:.4f}**. Unlike the rates, these counts do not "
               "depend on what else the machine does: they say what the rewrite costs, the rates "
               "whether this run could see it.\n")
-        bar("Router: rewrite / plain forward", f"{ratio(rr, pr):.3f}",
+        if cg and mode == "pinned":
+            per_call = cg["wharf"]
+            instructions = statistics.median(per_call["rewrite"]) / statistics.median(per_call["plain"])
+        bar(f"Router: rewrite / plain forward, {mode}", f"{ratio(rr, pr):.3f}",
             f"plain {f(pr)} req/s" + (f"; instructions per call ×{instructions:.3f}" if instructions else ""),
             "≥ 0.97", ratio(rr, pr) >= 0.97)
+
+
+router_section("router", "shared")
+router_section("router-pinned", "pinned")
 
 # ------------------------------------------------------------------ cold start
 cold = load("cold-start")
@@ -1573,6 +1587,16 @@ done
 throughput_targets "$PTB" "$PWP" "$PNP" "$PHC" "$PHP" "$PFL" wharf-pinned nginx-pinned haproxy-pinned floor-pinned
 bench throughput-pinned pinned throughput --concurrency "$CONCURRENCY" --duration "$TP_DURATION" \
     --warmup "$TP_WARMUP" --rounds "$TP_ROUNDS" "${TARGETS[@]}"
+# The router figure pinned too, as every throughput figure: the rewrite's cost on one core,
+# where the shared run's rounds also carry where the scheduler put the client, the testbed
+# and wharf's two workers (stop 40's lab: 0.978 pinned, CPU per call x1.023, against 0.958
+# shared in the run before). Fewer rounds than shared: pinned rounds spread less.
+bench router-pinned pinned throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION" \
+    --warmup "$ROUTE_WARMUP" --rounds "$ROUTE_PINNED_ROUNDS" \
+    --target "route-1KiB/plain=http://127.0.0.1:$PWP/plain/bytes/1024" \
+    --target "route-1KiB/rewrite=http://127.0.0.1:$PWP/rewrite/bytes/1024" \
+    --server-pids "route-1KiB/plain=$(server_pids wharf-pinned)" \
+    --server-pids "route-1KiB/rewrite=$(server_pids wharf-pinned)"
 stop wharf-pinned nginx-pinned haproxy-pinned floor-pinned tb-pinned
 
 # ================================================================ cold start, first call after start
