@@ -67,14 +67,25 @@ pub(crate) fn remove_config_file(path: &std::path::Path) {
     }
 }
 
-/// The built `wharf serve` binary running with JSON logs.
+/// The built `wharf serve` binary running with JSON logs. Dropped before [`WharfProcess::wait`]
+/// (a test that failed on the way), it kills the process: no wharf outlives its test.
 pub(crate) struct WharfProcess {
-    child: std::process::Child,
+    /// `None` once [`WharfProcess::wait`] took it.
+    child: Option<std::process::Child>,
     /// The service listener's address, read from the "wharf listening" log line.
     pub(crate) addr: String,
     /// The admin listener's address, from the same line.
     pub(crate) admin: String,
-    logs: std::thread::JoinHandle<Vec<String>>,
+    logs: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Drop for WharfProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl WharfProcess {
@@ -131,16 +142,22 @@ impl WharfProcess {
             .recv_timeout(std::time::Duration::from_secs(20))
             .expect("wharf logs its address");
         WharfProcess {
-            child,
+            child: Some(child),
             addr,
             admin,
-            logs,
+            logs: Some(logs),
         }
     }
 
     /// The process id.
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.child().id()
+    }
+
+    fn child(&self) -> &std::process::Child {
+        self.child
+            .as_ref()
+            .expect("only `wait`, which consumes the process, takes the child")
     }
 
     /// `http://ADDR` + `path`.
@@ -150,14 +167,19 @@ impl WharfProcess {
 
     /// Sends a signal by name (`TERM`, `HUP`, …).
     pub(crate) fn signal(&self, name: &str) {
-        send_signal(self.child.id(), name);
+        send_signal(self.pid(), name);
     }
 
     /// Waits for the process to exit; returns its status and every log line.
-    pub(crate) async fn wait(self) -> (std::process::ExitStatus, String) {
-        let WharfProcess {
-            mut child, logs, ..
-        } = self;
+    pub(crate) async fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let mut child = self
+            .child
+            .take()
+            .expect("set until `wait` consumes the process");
+        let logs = self
+            .logs
+            .take()
+            .expect("set until `wait` consumes the process");
         let status = tokio::task::spawn_blocking(move || child.wait())
             .await
             .unwrap()
