@@ -9,8 +9,8 @@
 //! next session's connect to another fail with EMFILE. So idle pools borrow their
 //! descriptors from this ledger: a pool keeps a returned connection only while
 //! `reserved + 2 × open sessions + lent ≤ limit`, and when sessions grow into what was
-//! lent the ledger recalls it: the pools close idle connections, oldest first, before a
-//! session opens a connection of its own ([`DescriptorLedger::make_room`]). Idle
+//! lent the ledger recalls it: the pools close idle connections (each upstream's oldest
+//! first) before a session opens a connection of its own ([`DescriptorLedger::make_room`]). Idle
 //! connections use what sessions leave free, never what they need; HAProxy bounds its idle
 //! connections by a share of its descriptors for the same reason
 //! (`tune.pool-high-fd-ratio`).
@@ -36,8 +36,9 @@ pub const FDS_PER_SESSION: usize = 2;
 
 /// Something holding descriptors lent by the ledger that can give some back: an idle pool.
 pub trait Lender: Send + Sync {
-    /// Gives back up to `wanted` lent descriptors (unused lease first, then by closing idle
-    /// connections, oldest first); returns how many it gave back.
+    /// Gives back lent descriptors, at least `wanted` when it holds that many: its unused
+    /// lease first (all of it), then by closing idle connections, oldest first in each
+    /// upstream; returns how many it gave back.
     fn recall(&self, wanted: usize) -> usize;
 }
 

@@ -22,9 +22,10 @@
 //!
 //! Idle connections are descriptors the open sessions may need: a pool keeps one only with
 //! a descriptor lent by the process's [`DescriptorLedger`] (borrowed `LEASE` at a time),
-//! and gives them back, closing idle connections oldest first, when the ledger recalls them
-//! for sessions; before a call opens a connection of its own the ledger is asked to make
-//! room. So the caps above bound the pool, and what sessions leave free bounds it further.
+//! and gives them back when the ledger recalls them for sessions, closing each upstream's
+//! oldest idle connections first; before a call opens a connection of its own the ledger is
+//! asked to make room. So the caps above bound the pool, and what sessions leave free
+//! bounds it further.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
