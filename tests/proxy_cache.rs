@@ -213,12 +213,22 @@ async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
             assert_eq!(response.bytes().as_ref(), b"pooled");
         }
         let connections = accepted.load(std::sync::atomic::Ordering::SeqCst);
+        let page = get(&format!("http://{}/metrics", wharf.admin)).await;
+        let page = String::from_utf8_lossy(page.bytes()).into_owned();
+        let refused = sample(&page, "wharf_upstream_idle_refused_total").unwrap_or(-1.0);
         if open_files == 386 {
             assert_eq!(
                 connections, 4,
                 "ulimit -n 386: no origin connection is kept"
             );
+            assert!(refused >= 4.0, "each refusal is on /metrics: {refused}");
         } else {
+            assert_eq!(refused, 0.0, "ulimit -n {open_files}: nothing refused");
+            let lent = sample(&page, "wharf_upstream_idle_descriptors").unwrap_or(0.0);
+            assert!(
+                lent >= 1.0,
+                "the kept connection's descriptor is lent: {lent}"
+            );
             assert!(
                 connections <= most_connections,
                 "ulimit -n {open_files}: {connections} origin connections for four calls"

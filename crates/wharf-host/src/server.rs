@@ -185,6 +185,17 @@ impl HostBuilder {
                 }
             }),
         );
+        // The open-files ledger's loans to idle upstream connections, read at each scrape.
+        let idle_upstream = self.metrics.idle_upstream();
+        let ledger = DescriptorLedger::process();
+        self.metrics.set_sampler(
+            "idle_upstream",
+            Box::new(move || {
+                let stats = ledger.stats();
+                let lent = u64::try_from(stats.lent).unwrap_or(u64::MAX);
+                idle_upstream.sample(lent, stats.refused, stats.recalled);
+            }),
+        );
         let sessions = Sessions::new(self.metrics.sessions(max_sessions));
         let session_limits = session_limits(&self.server);
         Ok(Host {

@@ -25,7 +25,7 @@
 //! Main items: [`DescriptorLedger`] (the arithmetic and the recall), [`Lender`] (what an
 //! idle pool implements to be recalled from), [`SessionTicket`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 /// No limit known: every loan is granted.
@@ -53,6 +53,10 @@ pub struct DescriptorLedger {
     sessions: AtomicUsize,
     /// Descriptors lent to pools, used or not yet.
     lent: AtomicUsize,
+    /// Connections closed instead of kept idle, for want of a descriptor (a running total).
+    refused: AtomicU64,
+    /// Idle connections closed on a recall (a running total).
+    recalled: AtomicU64,
     /// The pools that borrowed, to recall from; dead ones are dropped on the way.
     lenders: Mutex<Vec<Weak<dyn Lender>>>,
 }
@@ -78,6 +82,8 @@ impl DescriptorLedger {
             reserved: AtomicUsize::new(0),
             sessions: AtomicUsize::new(0),
             lent: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+            recalled: AtomicU64::new(0),
             lenders: Mutex::new(Vec::new()),
         })
     }
@@ -193,6 +199,39 @@ impl DescriptorLedger {
     pub fn lent(&self) -> usize {
         self.lent.load(Ordering::Acquire)
     }
+
+    /// Counts a connection a pool closed instead of keeping it idle: the ledger would not
+    /// lend its descriptor.
+    pub fn count_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts idle connections a pool closed on a recall.
+    pub fn count_recalled(&self, closed: usize) {
+        let closed = u64::try_from(closed).unwrap_or(u64::MAX);
+        self.recalled.fetch_add(closed, Ordering::Relaxed);
+    }
+
+    /// What the ledger has lent now and the running totals of refusals and recalls (for
+    /// `/metrics`).
+    pub fn stats(&self) -> LedgerStats {
+        LedgerStats {
+            lent: self.lent(),
+            refused: self.refused.load(Ordering::Relaxed),
+            recalled: self.recalled.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A snapshot of a [`DescriptorLedger`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerStats {
+    /// Descriptors lent to idle pools now (spare leases included).
+    pub lent: usize,
+    /// Connections closed instead of kept idle, since start.
+    pub refused: u64,
+    /// Idle connections closed on a recall, since start.
+    pub recalled: u64,
 }
 
 /// One open session on the ledger, counted off when dropped.
@@ -300,6 +339,22 @@ mod tests {
         ledger.make_room();
         assert_eq!(*kept.held.lock().unwrap(), 0);
         assert_eq!(ledger.overdrawn(), 0);
+    }
+
+    #[test]
+    fn refusals_and_recalls_are_counted_for_the_metrics() {
+        let ledger = DescriptorLedger::unlimited();
+        ledger.count_refused();
+        ledger.count_recalled(3);
+        assert!(ledger.lend(5));
+        assert_eq!(
+            ledger.stats(),
+            LedgerStats {
+                lent: 5,
+                refused: 1,
+                recalled: 3
+            }
+        );
     }
 
     #[test]

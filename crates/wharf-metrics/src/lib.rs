@@ -58,6 +58,9 @@ pub struct Metrics {
     read_buffers_spare: Gauge,
     kept_objects_total: Family<Labels, Counter>,
     kept_objects_spare: Family<Labels, Gauge>,
+    upstream_idle_descriptors: Gauge,
+    upstream_idle_refused_total: Counter,
+    upstream_idle_recalled_total: Counter,
     shared_cache: shared::SharedCacheFamilies,
     queue: queue::QueueFamilies,
 }
@@ -103,6 +106,9 @@ impl Metrics {
         let read_buffers_spare = Gauge::default();
         let kept_objects_total = Family::default();
         let kept_objects_spare = Family::default();
+        let upstream_idle_descriptors = Gauge::default();
+        let upstream_idle_refused_total = Counter::default();
+        let upstream_idle_recalled_total = Counter::default();
         // prometheus-client appends `_total` to counters and the unit to
         // metrics registered with one: names below are given without them.
         let counter_name = |name: &'static str| name.trim_end_matches("_total");
@@ -193,6 +199,21 @@ impl Metrics {
             "Objects kept per worker thread held for reuse, by kind",
             kept_objects_spare.clone(),
         );
+        registry.register(
+            names::UPSTREAM_IDLE_DESCRIPTORS,
+            "Descriptors lent to idle upstream connections (spare leases included)",
+            upstream_idle_descriptors.clone(),
+        );
+        registry.register(
+            counter_name(names::UPSTREAM_IDLE_REFUSED_TOTAL),
+            "Upstream connections closed instead of kept idle, no descriptor being spare",
+            upstream_idle_refused_total.clone(),
+        );
+        registry.register(
+            counter_name(names::UPSTREAM_IDLE_RECALLED_TOTAL),
+            "Idle upstream connections closed to give their descriptor to sessions",
+            upstream_idle_recalled_total.clone(),
+        );
         let shared_cache = shared::SharedCacheFamilies::register(&mut registry);
         let queue = queue::QueueFamilies::register(&mut registry);
         Self {
@@ -215,6 +236,9 @@ impl Metrics {
             read_buffers_spare,
             kept_objects_total,
             kept_objects_spare,
+            upstream_idle_descriptors,
+            upstream_idle_refused_total,
+            upstream_idle_recalled_total,
             shared_cache,
             queue,
         }
@@ -311,6 +335,15 @@ impl Metrics {
             reused: RunningTotal::new(source("reused")),
             allocated: RunningTotal::new(source("allocated")),
             spare: self.read_buffers_spare.clone(),
+        }
+    }
+
+    /// The handles of the idle upstream connections' descriptor series (at zero from start).
+    pub fn idle_upstream(&self) -> IdleUpstreamMetrics {
+        IdleUpstreamMetrics {
+            descriptors: self.upstream_idle_descriptors.clone(),
+            refused: RunningTotal::new(self.upstream_idle_refused_total.clone()),
+            recalled: RunningTotal::new(self.upstream_idle_recalled_total.clone()),
         }
     }
 
@@ -490,6 +523,24 @@ impl ReuseMetrics {
         self.reused.catch_up(reused_total);
         self.allocated.catch_up(allocated_total);
         set_gauge(&self.spare, spare);
+    }
+}
+
+/// The idle upstream connections' descriptor series (`wharf_upstream_idle_*`), fed from the
+/// open-files ledger's running totals at each scrape.
+#[derive(Debug, Clone)]
+pub struct IdleUpstreamMetrics {
+    descriptors: Gauge,
+    refused: RunningTotal,
+    recalled: RunningTotal,
+}
+
+impl IdleUpstreamMetrics {
+    /// Sets the descriptors lent now and catches the counters up with the totals.
+    pub fn sample(&self, lent: u64, refused_total: u64, recalled_total: u64) {
+        set_gauge(&self.descriptors, lent);
+        self.refused.catch_up(refused_total);
+        self.recalled.catch_up(recalled_total);
     }
 }
 

@@ -36,6 +36,14 @@ pub const READ_BUFFERS_SPARE: &str = "wharf_read_buffers_spare";
 pub const KEPT_OBJECTS_TOTAL: &str = "wharf_kept_objects_total";
 /// Kept objects held for reuse now, by kind, over all worker threads (sampled).
 pub const KEPT_OBJECTS_SPARE: &str = "wharf_kept_objects_spare";
+/// Descriptors lent to idle upstream connections by the open-files ledger, the pools' spare
+/// leases included (sampled).
+pub const UPSTREAM_IDLE_DESCRIPTORS: &str = "wharf_upstream_idle_descriptors";
+/// Upstream connections closed when their response ended instead of being kept idle, for
+/// want of a descriptor no open session may need (sampled).
+pub const UPSTREAM_IDLE_REFUSED_TOTAL: &str = "wharf_upstream_idle_refused_total";
+/// Idle upstream connections closed to give their descriptor back to sessions (sampled).
+pub const UPSTREAM_IDLE_RECALLED_TOTAL: &str = "wharf_upstream_idle_recalled_total";
 
 /// Shared (Redis) cache tier lookups, by result: hit, miss, error, skipped.
 pub const SHARED_CACHE_REQUESTS_TOTAL: &str = "wharf_shared_cache_requests_total";
@@ -62,7 +70,7 @@ pub const QUEUE_REDELIVERED_TOTAL: &str = "wharf_queue_redelivered_total";
 pub const QUEUE_PENDING: &str = "wharf_queue_pending";
 
 /// Every name of the catalogue, for tests and docs.
-pub const ALL: [&str; 26] = [
+pub const ALL: [&str; 29] = [
     CALLS_OUTSTANDING,
     CALLS_QUEUED,
     PERCENT_OF_MAX_CALLS,
@@ -78,6 +86,9 @@ pub const ALL: [&str; 26] = [
     STARTUP_PHASE_SECONDS,
     READ_BUFFERS_TOTAL,
     READ_BUFFERS_SPARE,
+    UPSTREAM_IDLE_DESCRIPTORS,
+    UPSTREAM_IDLE_REFUSED_TOTAL,
+    UPSTREAM_IDLE_RECALLED_TOTAL,
     SHARED_CACHE_REQUESTS_TOTAL,
     SHARED_CACHE_ERRORS_TOTAL,
     SHARED_CACHE_OP_DURATION_SECONDS,

@@ -249,6 +249,9 @@ impl Lender for IdlePool {
             given
         };
         self.ledger.give_back(given);
+        if !closed.is_empty() {
+            self.ledger.count_recalled(closed.len());
+        }
         drop(closed);
         given
     }
@@ -503,8 +506,12 @@ impl IdlePool {
                 *total -= 1;
             }
             // Past the caps, or no descriptor to spare beside the open sessions.
-            if *total >= self.limits.max_idle_total || !borrow_one(*total, lent, &self.ledger) {
+            let full = *total >= self.limits.max_idle_total;
+            if full || !borrow_one(*total, lent, &self.ledger) {
                 drop(slots);
+                if !full {
+                    self.ledger.count_refused();
+                }
                 drop(surplus);
                 return; // `connection` is closed here, outside the lock
             }
@@ -745,6 +752,7 @@ mod tests {
             "three descriptors to lend, four returned"
         );
         assert_eq!(ledger.lent(), 3);
+        assert_eq!(ledger.stats().refused, 1, "the refusal is counted");
         assert!(sees_close(&mut ends[3]).await, "the fourth was closed");
         assert!(!sees_close(&mut ends[2]).await, "the third is kept open");
     }
@@ -762,6 +770,11 @@ mod tests {
         assert_eq!(pool.idle_count(), 2);
         assert_eq!(ledger.lent(), 2);
         assert_eq!(ledger.overdrawn(), 0);
+        assert_eq!(
+            ledger.stats().recalled,
+            6,
+            "the closed connections are counted"
+        );
         let mut open = Vec::new();
         for (index, end) in ends.iter_mut().enumerate() {
             if !sees_close(end).await {
