@@ -873,10 +873,10 @@ def router_section(name, mode):
           + (f" For scale: the proxy's pass-through of the same object made {f(pw)} req/s in the {mode} "
              f"throughput table (plain route / proxy pass-through = {ratio(pr, pw):.2f}; not the same run)."
              if pw else "") + "\n")
-        instructions = None
-        if cg and mode == "shared":
-            per_call = cg["wharf"]
-            instructions = statistics.median(per_call["rewrite"]) / statistics.median(per_call["plain"])
+        per_call = cg["wharf"] if cg else None
+        instructions = (statistics.median(per_call["rewrite"]) / statistics.median(per_call["plain"])
+                        if per_call else None)
+        if per_call and mode == "shared":
             S("**Instructions per call** (callgrind, wharf with one worker, "
               f"{CG['calls']} calls on one keep-alive connection per count, after 200 of each to warm up; "
               "user space only, the kernel's share being the same socket calls for both): plain "
@@ -885,9 +885,6 @@ def router_section(name, mode):
               + f"; rewrite / plain = **{instructions:.4f}**. Unlike the rates, these counts do not "
               "depend on what else the machine does: they say what the rewrite costs, the rates "
               "whether this run could see it.\n")
-        if cg and mode == "pinned":
-            per_call = cg["wharf"]
-            instructions = statistics.median(per_call["rewrite"]) / statistics.median(per_call["plain"])
         bar(f"Router: rewrite / plain forward, {mode}", f"{ratio(rr, pr):.3f}",
             f"plain {f(pr)} req/s" + (f"; instructions per call ×{instructions:.3f}" if instructions else ""),
             "≥ 0.97", ratio(rr, pr) >= 0.97)
@@ -1503,12 +1500,22 @@ bench throughput-shared throughput --concurrency "$CONCURRENCY" --duration "$TP_
 # wharf's router (wharf only): plain forward and forward with header rewrite, just the two,
 # so that with rounds alternating in order each is measured first in every other round (a
 # third target kept the rewrite in the middle of every round).
+# router_bench NAME [pinned] PORT INSTANCE ROUNDS: the two routes of the wharf started as
+# INSTANCE on PORT, interleaved, with that instance's CPU per call
+router_bench() {
+    local name=$1 pinned=()
+    shift
+    if [ "$1" = pinned ]; then pinned=(pinned); shift; fi
+    local port=$1 instance=$2 rounds=$3
+    bench "$name" "${pinned[@]}" throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION" \
+        --warmup "$ROUTE_WARMUP" --rounds "$rounds" \
+        --target "route-1KiB/plain=http://127.0.0.1:$port/plain/bytes/1024" \
+        --target "route-1KiB/rewrite=http://127.0.0.1:$port/rewrite/bytes/1024" \
+        --server-pids "route-1KiB/plain=$(server_pids "$instance")" \
+        --server-pids "route-1KiB/rewrite=$(server_pids "$instance")"
+}
 phase "router"
-bench router throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION" \
-    --warmup "$ROUTE_WARMUP" --rounds "$ROUTE_ROUNDS" \
-    --target "route-1KiB/plain=http://127.0.0.1:$WP/plain/bytes/1024" \
-    --target "route-1KiB/rewrite=http://127.0.0.1:$WP/rewrite/bytes/1024" \
-    --server-pids "route-1KiB/plain=$(server_pids wharf)" --server-pids "route-1KiB/rewrite=$(server_pids wharf)"
+router_bench router "$WP" wharf "$ROUTE_ROUNDS"
 
 # CPU per call without the machine's noise. Rates within a few percent of each other are at
 # the mercy of this machine's slow phases (stop 29: per-round rates of one target 52-77k,
@@ -1591,12 +1598,7 @@ bench throughput-pinned pinned throughput --concurrency "$CONCURRENCY" --duratio
 # where the shared run's rounds also carry where the scheduler put the client, the testbed
 # and wharf's two workers (stop 40's lab: 0.978 pinned, CPU per call x1.023, against 0.958
 # shared in the run before). Fewer rounds than shared: pinned rounds spread less.
-bench router-pinned pinned throughput --concurrency "$CONCURRENCY" --duration "$ROUTE_DURATION" \
-    --warmup "$ROUTE_WARMUP" --rounds "$ROUTE_PINNED_ROUNDS" \
-    --target "route-1KiB/plain=http://127.0.0.1:$PWP/plain/bytes/1024" \
-    --target "route-1KiB/rewrite=http://127.0.0.1:$PWP/rewrite/bytes/1024" \
-    --server-pids "route-1KiB/plain=$(server_pids wharf-pinned)" \
-    --server-pids "route-1KiB/rewrite=$(server_pids wharf-pinned)"
+router_bench router-pinned pinned "$PWP" wharf-pinned "$ROUTE_PINNED_ROUNDS"
 stop wharf-pinned nginx-pinned haproxy-pinned floor-pinned tb-pinned
 
 # ================================================================ cold start, first call after start

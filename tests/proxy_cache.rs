@@ -187,6 +187,36 @@ async fn get_owned(url: String) -> TestResponse {
     get(&url).await
 }
 
+/// Four pass-through calls to `origin` through a wharf under `ulimit -n open_files`: the
+/// origin connections they opened, and the wharf's /metrics page after them. Checks that
+/// each call is answered and that the start warned about the lowered session count.
+async fn four_calls_under_ulimit(
+    config: &std::path::Path,
+    origin: std::net::SocketAddr,
+    accepted: &std::sync::atomic::AtomicUsize,
+    open_files: u64,
+) -> (usize, String) {
+    accepted.store(0, std::sync::atomic::Ordering::SeqCst);
+    let wharf = WharfProcess::start_with_open_files(config, open_files);
+    for i in 0..4 {
+        let target = encode(&format!("http://{origin}/item/{i}"));
+        let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
+        assert_eq!(response.status, 200, "ulimit -n {open_files}, call {i}");
+        assert_eq!(response.bytes().as_ref(), b"pooled");
+    }
+    let connections = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let page = get(&format!("http://{}/metrics", wharf.admin)).await;
+    let page = String::from_utf8_lossy(page.bytes()).into_owned();
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    assert!(status.success(), "{logs}");
+    assert!(
+        logs.contains("max_connections is above what the open-files limit allows"),
+        "the start warns that the limit lowers the sessions: {logs}"
+    );
+    (connections, page)
+}
+
 #[tokio::test]
 async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
     // The open-files ledger (wharf_limits::descriptors): with `ulimit -n` at the reserve
@@ -203,45 +233,30 @@ async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
             server_table("")
         ),
     );
-    for (open_files, most_connections) in [(386, 4), (398, 2)] {
-        accepted.store(0, std::sync::atomic::Ordering::SeqCst);
-        let wharf = WharfProcess::start_with_open_files(&config, open_files);
-        for i in 0..4 {
-            let target = encode(&format!("http://{origin}/item/{i}"));
-            let response = get(&wharf.url(&format!("/proxy?url={target}&cacheDuration=0"))).await;
-            assert_eq!(response.status, 200, "ulimit -n {open_files}, call {i}");
-            assert_eq!(response.bytes().as_ref(), b"pooled");
-        }
-        let connections = accepted.load(std::sync::atomic::Ordering::SeqCst);
-        let page = get(&format!("http://{}/metrics", wharf.admin)).await;
-        let page = String::from_utf8_lossy(page.bytes()).into_owned();
-        let refused = sample(&page, "wharf_upstream_idle_refused_total").unwrap_or(-1.0);
-        if open_files == 386 {
-            assert_eq!(
-                connections, 4,
-                "ulimit -n 386: no origin connection is kept"
-            );
-            assert!(refused >= 4.0, "each refusal is on /metrics: {refused}");
-        } else {
-            assert_eq!(refused, 0.0, "ulimit -n {open_files}: nothing refused");
-            let lent = sample(&page, "wharf_upstream_idle_descriptors").unwrap_or(0.0);
-            assert!(
-                lent >= 1.0,
-                "the kept connection's descriptor is lent: {lent}"
-            );
-            assert!(
-                connections <= most_connections,
-                "ulimit -n {open_files}: {connections} origin connections for four calls"
-            );
-        }
-        wharf.signal("TERM");
-        let (status, logs) = wharf.wait().await;
-        assert!(status.success(), "{logs}");
-        assert!(
-            logs.contains("max_connections is above what the open-files limit allows"),
-            "the start warns that the limit lowers the sessions: {logs}"
-        );
-    }
+    let refused = |page: &str| sample(page, "wharf_upstream_idle_refused_total").unwrap_or(-1.0);
+
+    let (connections, page) = four_calls_under_ulimit(&config, origin, &accepted, 386).await;
+    assert_eq!(
+        connections, 4,
+        "ulimit -n 386: no origin connection is kept"
+    );
+    let refused_386 = refused(&page);
+    assert!(
+        refused_386 >= 4.0,
+        "each refusal is on /metrics: {refused_386}"
+    );
+
+    let (connections, page) = four_calls_under_ulimit(&config, origin, &accepted, 398).await;
+    assert_eq!(refused(&page), 0.0, "ulimit -n 398: nothing refused");
+    let lent = sample(&page, "wharf_upstream_idle_descriptors").unwrap_or(0.0);
+    assert!(
+        lent >= 1.0,
+        "the kept connection's descriptor is lent: {lent}"
+    );
+    assert!(
+        connections <= 2,
+        "ulimit -n 398: {connections} origin connections for four calls"
+    );
     remove_config_file(&config);
 }
 

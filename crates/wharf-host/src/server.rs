@@ -15,7 +15,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 use wharf_config::{LimitsConfig, ServerConfig};
-use wharf_limits::descriptors::{DescriptorLedger, SessionTicket};
+use wharf_limits::descriptors::DescriptorLedger;
 use wharf_metrics::{Metrics, SessionMetrics};
 
 use crate::admin::ReloadHook;
@@ -283,26 +283,22 @@ impl Sessions {
     pub(crate) fn opened(self: &Arc<Self>) -> SessionGuard {
         let open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
         self.metrics.set_active(open);
-        SessionGuard {
-            sessions: self.clone(),
-            _ticket: self.ledger.session_opened(),
-        }
+        self.ledger.session_opened();
+        SessionGuard(self.clone())
     }
 }
 
 /// One open session, counted (here and on the open-files ledger) until dropped.
-pub(crate) struct SessionGuard {
-    sessions: Arc<Sessions>,
-    /// Held, not read: dropping it counts the session off the ledger.
-    _ticket: SessionTicket,
-}
+pub(crate) struct SessionGuard(Arc<Sessions>);
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        let open = self.sessions.open.fetch_sub(1, Ordering::AcqRel) - 1;
-        self.sessions.metrics.set_active(open);
+        let sessions = &self.0;
+        sessions.ledger.session_closed();
+        let open = sessions.open.fetch_sub(1, Ordering::AcqRel) - 1;
+        sessions.metrics.set_active(open);
         if open == 0 {
-            self.sessions.all_closed.notify_waiters();
+            sessions.all_closed.notify_waiters();
         }
     }
 }

@@ -23,7 +23,9 @@
 //! then bounded by their own caps alone.
 //!
 //! Main items: [`DescriptorLedger`] (the arithmetic and the recall), [`Lender`] (what an
-//! idle pool implements to be recalled from), [`SessionTicket`].
+//! idle pool implements to be recalled from). The host counts its sessions here from the
+//! guard it already holds for each ([`DescriptorLedger::session_opened`] and
+//! [`DescriptorLedger::session_closed`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
@@ -104,12 +106,20 @@ impl DescriptorLedger {
         self.limit.store(limit, Ordering::Release);
     }
 
-    /// Counts a session open until the ticket is dropped, and recalls lent descriptors the
-    /// session may need.
-    pub fn session_opened(self: &Arc<Self>) -> SessionTicket {
+    /// Counts a session open, and recalls lent descriptors the session may need. Each call
+    /// is paired with one [`DescriptorLedger::session_closed`].
+    pub fn session_opened(&self) {
         self.sessions.fetch_add(1, Ordering::AcqRel);
         self.make_room();
-        SessionTicket(self.clone())
+    }
+
+    /// Counts a session closed (never below zero).
+    pub fn session_closed(&self) {
+        let _ = self
+            .sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                Some(open.saturating_sub(1))
+            });
     }
 
     /// Lends `count` descriptors when they fit beside the open sessions; `false` when not.
@@ -234,24 +244,19 @@ pub struct LedgerStats {
     pub recalled: u64,
 }
 
-/// One open session on the ledger, counted off when dropped.
-#[derive(Debug)]
-pub struct SessionTicket(Arc<DescriptorLedger>);
-
-impl Drop for SessionTicket {
-    fn drop(&mut self) {
-        let _ = self
-            .0
-            .sessions
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                Some(open.saturating_sub(1))
-            });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Opens `count` sessions on `ledger`.
+    fn open_sessions(ledger: &DescriptorLedger, count: usize) {
+        (0..count).for_each(|_| ledger.session_opened());
+    }
+
+    /// Closes `count` sessions on `ledger`.
+    fn close_sessions(ledger: &DescriptorLedger, count: usize) {
+        (0..count).for_each(|_| ledger.session_closed());
+    }
 
     /// A pool stand-in holding `held` lent descriptors.
     struct Holder {
@@ -283,7 +288,7 @@ mod tests {
     #[test]
     fn without_a_limit_every_loan_is_granted() {
         let ledger = DescriptorLedger::unlimited();
-        let _sessions: Vec<_> = (0..1000).map(|_| ledger.session_opened()).collect();
+        open_sessions(&ledger, 1000);
         assert!(ledger.lend(1_000_000));
         assert_eq!(ledger.overdrawn(), 0);
     }
@@ -292,7 +297,7 @@ mod tests {
     fn loans_fit_beside_the_reserve_and_two_descriptors_per_session() {
         let ledger = DescriptorLedger::unlimited();
         ledger.set_limit(Some(100), 40);
-        let _sessions: Vec<_> = (0..10).map(|_| ledger.session_opened()).collect();
+        open_sessions(&ledger, 10);
         // 100 - 40 - 2 × 10 = 40 left to lend
         assert!(ledger.lend(32));
         assert!(!ledger.lend(16), "32 + 16 > 40");
@@ -311,7 +316,7 @@ mod tests {
         let first = holder(&ledger, 30);
         let second = holder(&ledger, 30);
         // 60 lent: 0 left. Each session needs two of them back.
-        let sessions: Vec<_> = (0..5).map(|_| ledger.session_opened()).collect();
+        open_sessions(&ledger, 5);
         assert_eq!(ledger.lent(), 50);
         assert_eq!(ledger.overdrawn(), 0);
         assert_eq!(
@@ -319,7 +324,7 @@ mod tests {
             50
         );
         // Closed sessions leave room to lend again.
-        drop(sessions);
+        close_sessions(&ledger, 5);
         assert!(ledger.lend(10));
         assert!(!ledger.lend(1));
     }
@@ -358,11 +363,11 @@ mod tests {
     }
 
     #[test]
-    fn session_tickets_never_count_below_zero() {
+    fn sessions_never_count_below_zero() {
         let ledger = DescriptorLedger::unlimited();
-        let ticket = ledger.session_opened();
+        ledger.session_opened();
         ledger.sessions.store(0, Ordering::Release);
-        drop(ticket);
+        ledger.session_closed();
         assert_eq!(ledger.sessions.load(Ordering::Acquire), 0);
     }
 }
