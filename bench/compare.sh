@@ -91,14 +91,18 @@ else
     # round opens new connections and fills no cache) and the idle gaps run at once pay
     # for it. It did not end the flips: the machine's slow phases span whole rounds, and
     # the three gateways' 1 KiB pass-through costs are within the spread (RESULTS.md).
-    TP_ROUNDS=5; TP_DURATION=2s; TP_WARMUP=500ms
+    # Rounds of 1.5 s after 300 ms: over 100,000 calls a round at 1 KiB, over 30,000 at 100
+    # KiB, and 64 connections are warm (and the pools full) within milliseconds; at 2 s
+    # after 500 ms the two throughput phases took six of a 13-minute run (stop 41) against
+    # the issue's "about 10".
+    TP_ROUNDS=5; TP_DURATION=1500ms; TP_WARMUP=300ms
     # The router figure is a ratio of two near-equal rates: its own run of just the two,
     # more rounds, each target first in every other round. Twenty rounds of 1 s (61 s with
     # their warm-ups, against 50 for ten of 2 s): the shared phase's rounds spread ±7 %, and
     # in stop 37 ten-round runs read 0.948 and 0.965, a lab of 20 rounds of 2 s 1.018 by the
     # medians' ratio (0.979 paired), two of 20 rounds of 1 s 0.978 and 0.977: more, shorter
     # interleaved rounds wander less than the 2 % the rewrite costs in this phase.
-    ROUTE_ROUNDS=20; ROUTE_PINNED_ROUNDS=10; ROUTE_DURATION=1s; ROUTE_WARMUP=500ms
+    ROUTE_ROUNDS=20; ROUTE_PINNED_ROUNDS=10; ROUTE_DURATION=1s; ROUTE_WARMUP=300ms
     CG_CALLS=2000
     COLD_RUNS=10
     # Nine starts per target: each round's figure is one first call over that round's warm
