@@ -9,7 +9,8 @@
 //! entirely in the caller's task, with no connection task, channel or per-call allocation:
 //! one write of the request, then reads until the response is complete (`response.rs`: the
 //! head parsed with `httparse`, 1xx skipped, the body framed by `Content-Length`, chunked
-//! encoding (`chunked.rs`) or the close, read through the buffer and dropped). The scenarios'
+//! encoding (`chunked.rs`) or the close, read through the buffer and dropped, or a long
+//! `Content-Length` body's rest dropped in the kernel unread). The scenarios'
 //! client thus costs little CPU per call, so it is not what limits a fast target (issue 4).
 //! `Conn` keeps its connection for keep-alive calls while the server allows it;
 //! `fresh_call` opens one for a single call, and `stamped_fresh_call` (`stamped.rs`) one whose

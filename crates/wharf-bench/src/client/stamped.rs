@@ -38,6 +38,7 @@ use nix::sys::socket::{
 use tokio::io::{AsyncRead, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::response::Drain;
 use super::{bounded, CallError, Conn, Endpoint, Req};
 
 /// One call on a connection of its own, bounded by `timeout`: `Ok` with the time (as the
@@ -121,6 +122,10 @@ struct StampedRead<'a> {
     /// The kernel's stamp on the last bytes read, if any came with one.
     arrived: Option<SystemTime>,
 }
+
+/// Reads through: the stamp wanted is that of the read that completed the response, and the
+/// bodies stamped calls fetch are small.
+impl Drain for StampedRead<'_> {}
 
 impl AsyncRead for StampedRead<'_> {
     fn poll_read(
