@@ -27,7 +27,8 @@
 //! asked to make room. So the caps above bound the pool, and what sessions leave free
 //! bounds it further.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
@@ -215,6 +216,11 @@ pub struct IdlePool {
     /// Wakes the sweeper sleeping on an empty pool: a first upstream came in, or the pool
     /// is gone (then the sweeper ends).
     sweeper_wake: Arc<Notify>,
+    /// The sweep interval of a sweeper started by the first call that brings an upstream in
+    /// ([`IdlePool::sweep_from_first_call`]); unset for a pool swept from the start or never.
+    deferred_sweep: OnceLock<Duration>,
+    /// Whether the deferred sweeper was started (once, by one call).
+    deferred_started: AtomicBool,
 }
 
 impl Drop for IdlePool {
@@ -298,6 +304,8 @@ impl IdlePool {
             slots: Mutex::new(Slots::default()),
             ledger,
             sweeper_wake: Arc::new(Notify::new()),
+            deferred_sweep: OnceLock::new(),
+            deferred_started: AtomicBool::new(false),
         });
         let lender: Weak<dyn Lender> = Arc::downgrade(&(pool.clone() as Arc<dyn Lender>));
         pool.ledger.register(lender);
@@ -488,7 +496,7 @@ impl IdlePool {
         }
     }
 
-    fn check_in(&self, key: &Arc<str>, connection: Connection) {
+    fn check_in(self: &Arc<Self>, key: &Arc<str>, connection: Connection) {
         let mut surplus = None;
         let wake;
         {
@@ -536,9 +544,14 @@ impl IdlePool {
 
     /// Under the lock, before an upstream goes into `by_key`: when the pool held nothing,
     /// wakes its sweeper, which sleeps without a timer while the pool is empty (it looks
-    /// again once the lock is released).
-    fn wake_sweeper_if_empty(&self, by_key: &HashMap<Arc<str>, Upstream>) {
+    /// again once the lock is released), starting it first if it is deferred to this call.
+    fn wake_sweeper_if_empty(self: &Arc<Self>, by_key: &HashMap<Arc<str>, Upstream>) {
         if by_key.is_empty() {
+            if let Some(&every) = self.deferred_sweep.get() {
+                if !self.deferred_started.swap(true, Ordering::Relaxed) {
+                    self.spawn_sweeper(every);
+                }
+            }
             self.sweeper_wake.notify_one();
         }
     }
@@ -575,6 +588,17 @@ impl IdlePool {
         drop(closed);
     }
 
+    /// As [`IdlePool::spawn_sweeper`], started by the first call that brings an upstream in,
+    /// in that call's runtime. A pool serves the thread that calls through it (a core with a
+    /// runtime of its own, [`crate::PoolShards`]): its sweeper then lives on that core, and
+    /// the call that finds the pool empty wakes it with a local schedule. A sweeper on the
+    /// runtime that built the pools was another thread: waking it was a futex wake of a
+    /// parked thread on an idle CPU, made between reading a request and connecting upstream
+    /// (stop 41: the first call after a 2-minute idle, `bench/RESULTS.md`).
+    pub fn sweep_from_first_call(&self, every: Duration) {
+        let _ = self.deferred_sweep.set(every);
+    }
+
     /// Sweeps every `every` in a task of the current tokio runtime while the pool holds
     /// anything, for as long as the pool exists; without a runtime (a pool built outside
     /// one) there is no sweeper and idle connections are only closed when their key is used
@@ -584,6 +608,7 @@ impl IdlePool {
     /// brings in an upstream: an idle process is not woken for a sweep with nothing to do
     /// (seed 001's idle gateway; every service has its pools, every core its own).
     pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) {
+        self.deferred_started.store(true, Ordering::Relaxed);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!("no tokio runtime: idle upstream connections are not swept");
             return;
@@ -894,6 +919,51 @@ mod tests {
         let kept = &slots.by_key["up"].idle;
         assert_eq!(kept.len(), 1, "a fresh, open connection stays");
         assert_eq!(kept[0].connection.buf.capacity(), 0, "its buffer was kept");
+    }
+
+    /// The sweeper of a pool built on one runtime (the start-up's) and used on another (a
+    /// core's) is started by the first call, on the core: there it is woken without waking
+    /// another thread.
+    #[test]
+    fn a_deferred_sweeper_starts_on_the_runtime_of_the_first_call() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let start_up = runtime();
+        let pool = start_up.block_on(async {
+            let pool = IdlePool::new(LIMITS);
+            pool.sweep_from_first_call(SWEEP_EVERY);
+            pool
+        });
+        assert_eq!(start_up.metrics().num_alive_tasks(), 0);
+        let core = std::thread::spawn({
+            let pool = pool.clone();
+            move || {
+                let core = runtime();
+                let alive = || core.metrics().num_alive_tasks();
+                core.block_on(async {
+                    let permit = expect_connect(pool.try_acquire("up"));
+                    tokio::task::yield_now().await;
+                    assert_eq!(alive(), 1, "started by the first call, on its runtime");
+                    // Emptied and used again: the same sweeper, woken, not a second one.
+                    drop(permit);
+                    pool.sweep();
+                    assert_eq!(pool.lock().by_key.len(), 0);
+                    let _permit = expect_connect(pool.try_acquire("up"));
+                    tokio::task::yield_now().await;
+                    assert_eq!(alive(), 1);
+                });
+            }
+        });
+        core.join().unwrap();
+        assert_eq!(
+            start_up.metrics().num_alive_tasks(),
+            0,
+            "none where it was built"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -51,10 +51,11 @@ impl PoolShards {
         &self.shards[thread_number() % self.shards.len()]
     }
 
-    /// Sweeps every pool every `every` (see [`IdlePool::spawn_sweeper`]).
+    /// Sweeps every pool every `every`, each from the first call through it on, in that
+    /// call's runtime (see [`IdlePool::sweep_from_first_call`]): the core the pool serves.
     pub fn spawn_sweepers(&self, every: Duration) {
         for shard in self.shards.iter() {
-            shard.spawn_sweeper(every);
+            shard.sweep_from_first_call(every);
         }
     }
 
