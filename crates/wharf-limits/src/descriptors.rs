@@ -338,8 +338,7 @@ mod tests {
         drop(gone); // its 20 stay lent: a real pool gives them back as it closes
         ledger.give_back(20);
         // 10 + 20 lent; 20 sessions need 40: overdrawn by 20 once they are open.
-        let ledger_for_sessions = ledger.clone();
-        ledger_for_sessions.sessions.fetch_add(20, Ordering::AcqRel);
+        ledger.sessions.fetch_add(20, Ordering::AcqRel);
         assert_eq!(ledger.overdrawn(), 20);
         ledger.make_room();
         assert_eq!(*kept.held.lock().unwrap(), 0);

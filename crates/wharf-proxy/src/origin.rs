@@ -73,7 +73,7 @@ impl Origin {
             max_connecting_per_key: MAX_CONNECTING_PER_ORIGIN,
             max_connect_wait: MAX_CONNECT_WAIT,
         });
-        pool.spawn_sweepers(POOL_SWEEP_EVERY);
+        pool.sweep_from_first_call(POOL_SWEEP_EVERY);
         Self {
             inner: Arc::new(Inner {
                 connector: GuardedConnector::new(policy, config.connect_timeout),

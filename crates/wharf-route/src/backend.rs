@@ -101,7 +101,7 @@ impl Backend {
             max_connecting_per_key: usize::MAX,
             max_connect_wait: Duration::ZERO,
         });
-        pool.spawn_sweepers(SWEEP_EVERY);
+        pool.sweep_from_first_call(SWEEP_EVERY);
         Ok(Self {
             label: url.as_str().trim_end_matches('/').to_owned(),
             address,

@@ -6,7 +6,7 @@
 //! the upstream's idle timer) after a free check that it is still open. Both the number of
 //! idle connections per key and in all are bounded, and connections idle past
 //! `idle_timeout` are closed: by the next call for that key, or by the sweep
-//! ([`IdlePool::spawn_sweeper`]) when no call comes. Nothing here polls an idle connection:
+//! ([`IdlePool::sweep_from_first_call`]) when no call comes. Nothing here polls an idle connection:
 //! it costs its socket and a few dozen bytes and no task; the read buffer it kept from its
 //! last exchange is given back by the next sweep. A pool that holds nothing (no idle
 //! connection, no upstream being connected to or waited for) has nothing to sweep: its
@@ -27,8 +27,7 @@
 //! asked to make room. So the caps above bound the pool, and what sessions leave free
 //! bounds it further.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
@@ -90,6 +89,9 @@ struct Slots {
     total: usize,
     /// Descriptors borrowed from the ledger: at least `total`, at most a few leases more.
     lent: usize,
+    /// The interval of the sweeper the next call that brings an upstream in starts
+    /// ([`IdlePool::sweep_from_first_call`]); taken by that call.
+    sweep_deferred: Option<Duration>,
 }
 
 /// Borrows a descriptor for one more idle connection (`total` held now) when the lease
@@ -216,11 +218,6 @@ pub struct IdlePool {
     /// Wakes the sweeper sleeping on an empty pool: a first upstream came in, or the pool
     /// is gone (then the sweeper ends).
     sweeper_wake: Arc<Notify>,
-    /// The sweep interval of a sweeper started by the first call that brings an upstream in
-    /// ([`IdlePool::sweep_from_first_call`]); unset for a pool swept from the start or never.
-    deferred_sweep: OnceLock<Duration>,
-    /// Whether the deferred sweeper was started (once, by one call).
-    deferred_started: AtomicBool,
 }
 
 impl Drop for IdlePool {
@@ -304,8 +301,6 @@ impl IdlePool {
             slots: Mutex::new(Slots::default()),
             ledger,
             sweeper_wake: Arc::new(Notify::new()),
-            deferred_sweep: OnceLock::new(),
-            deferred_started: AtomicBool::new(false),
         });
         let lender: Weak<dyn Lender> = Arc::downgrade(&(pool.clone() as Arc<dyn Lender>));
         pool.ledger.register(lender);
@@ -359,8 +354,8 @@ impl IdlePool {
         let mut closed = Vec::new();
         let checkout = {
             let mut slots = self.lock();
+            self.wake_sweeper_if_empty(&mut slots);
             let Slots { by_key, total, .. } = &mut *slots;
-            self.wake_sweeper_if_empty(by_key);
             let (key, upstream) = upstream_entry(by_key, key);
             let checkout = self.take_or_permit(key, upstream, total, now, &mut closed, false);
             slots.return_spare(&self.ledger);
@@ -386,8 +381,8 @@ impl IdlePool {
             let mut closed = Vec::new();
             let next = {
                 let mut slots = self.lock();
+                self.wake_sweeper_if_empty(&mut slots);
                 let Slots { by_key, total, .. } = &mut *slots;
-                self.wake_sweeper_if_empty(by_key);
                 let (key, upstream) = upstream_entry(by_key, key);
                 if was_waiting {
                     upstream.waiting = upstream.waiting.saturating_sub(1);
@@ -501,12 +496,13 @@ impl IdlePool {
         let wake;
         {
             let mut slots = self.lock();
+            self.wake_sweeper_if_empty(&mut slots);
             let Slots {
                 by_key,
                 total,
                 lent,
+                ..
             } = &mut *slots;
-            self.wake_sweeper_if_empty(by_key);
             let upstream = by_key.entry(key.clone()).or_default();
             if upstream.idle.len() >= self.limits.max_idle_per_key {
                 // Keep the newest: the oldest is the likeliest to be closed by the upstream.
@@ -545,12 +541,10 @@ impl IdlePool {
     /// Under the lock, before an upstream goes into `by_key`: when the pool held nothing,
     /// wakes its sweeper, which sleeps without a timer while the pool is empty (it looks
     /// again once the lock is released), starting it first if it is deferred to this call.
-    fn wake_sweeper_if_empty(self: &Arc<Self>, by_key: &HashMap<Arc<str>, Upstream>) {
-        if by_key.is_empty() {
-            if let Some(&every) = self.deferred_sweep.get() {
-                if !self.deferred_started.swap(true, Ordering::Relaxed) {
-                    self.spawn_sweeper(every);
-                }
+    fn wake_sweeper_if_empty(self: &Arc<Self>, slots: &mut Slots) {
+        if slots.by_key.is_empty() {
+            if let Some(every) = slots.sweep_deferred.take() {
+                self.spawn_sweeper(every);
             }
             self.sweeper_wake.notify_one();
         }
@@ -588,15 +582,16 @@ impl IdlePool {
         drop(closed);
     }
 
-    /// As [`IdlePool::spawn_sweeper`], started by the first call that brings an upstream in,
-    /// in that call's runtime. A pool serves the thread that calls through it (a core with a
+    /// Sweeps the pool every `every` while it holds anything (closing connections idle past
+    /// `idle_timeout`, giving back their read buffers), for as long as the pool exists, in a
+    /// task that the first call bringing an upstream in starts on its own runtime. A pool serves the thread that calls through it (a core with a
     /// runtime of its own, [`crate::PoolShards`]): its sweeper then lives on that core, and
     /// the call that finds the pool empty wakes it with a local schedule. A sweeper on the
     /// runtime that built the pools was another thread: waking it was a futex wake of a
     /// parked thread on an idle CPU, made between reading a request and connecting upstream
     /// (stop 41: the first call after a 2-minute idle, `bench/RESULTS.md`).
     pub fn sweep_from_first_call(&self, every: Duration) {
-        let _ = self.deferred_sweep.set(every);
+        self.lock().sweep_deferred = Some(every);
     }
 
     /// Sweeps every `every` in a task of the current tokio runtime while the pool holds
@@ -607,8 +602,7 @@ impl IdlePool {
     /// While the pool holds nothing the sweeper waits, with no timer, for the call that
     /// brings in an upstream: an idle process is not woken for a sweep with nothing to do
     /// (seed 001's idle gateway; every service has its pools, every core its own).
-    pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) {
-        self.deferred_started.store(true, Ordering::Relaxed);
+    fn spawn_sweeper(self: &Arc<Self>, every: Duration) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!("no tokio runtime: idle upstream connections are not swept");
             return;

@@ -53,7 +53,7 @@ impl PoolShards {
 
     /// Sweeps every pool every `every`, each from the first call through it on, in that
     /// call's runtime (see [`IdlePool::sweep_from_first_call`]): the core the pool serves.
-    pub fn spawn_sweepers(&self, every: Duration) {
+    pub fn sweep_from_first_call(&self, every: Duration) {
         for shard in self.shards.iter() {
             shard.sweep_from_first_call(every);
         }
