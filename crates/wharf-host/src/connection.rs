@@ -23,10 +23,10 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
+use crate::accept::SessionGuard;
 use crate::call::ClientAddr;
 use crate::dispatch::{dispatch_h2, Dispatcher};
 use crate::h1::{self, Prefixed, Served, Transport};
-use crate::server::SessionGuard;
 use crate::session::{ClockedStream, SessionClock, Verdict};
 use crate::steering::OpenSession;
 

@@ -40,8 +40,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tracing::warn;
 
+use crate::accept::Acceptor;
 use crate::busy_poll;
-use crate::server::{bind_tcp, Acceptor};
+use crate::server::bind_tcp;
 use crate::steering::{self, Balance, CoreBalance};
 
 /// Blocking-pool threads of a core are kept this long when idle (as the main runtime's,

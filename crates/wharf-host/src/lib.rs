@@ -15,6 +15,7 @@
 //! [`error::json_error`] is the one error body every service uses;
 //! [`call::CallContext`] is how a service reports its phases.
 
+mod accept;
 pub mod admin;
 pub mod body;
 mod busy_poll;

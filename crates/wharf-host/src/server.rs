@@ -1,34 +1,35 @@
-//! Listeners and sessions: accepts connections within `max_connections`,
-//! serves HTTP/1.1 and h2c on each, and drains on shutdown.
+//! The host's life: [`HostBuilder`] binds the listeners (service, admin, Unix) and sizes
+//! the sessions (`max_connections` within the open-files budget); [`Host::run`] starts the
+//! accept loops ([`crate::accept`]) on the data plane's cores ([`crate::cores`]) and, on
+//! shutdown, stops accepting and drains the calls in flight within `shutdown_timeout`.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::net::{TcpListener, TcpSocket, TcpStream, UnixListener, UnixStream};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::net::{TcpListener, TcpSocket, UnixListener};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
-use tracing::{info, warn};
+use tracing::info;
 use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_limits::descriptors::DescriptorLedger;
-use wharf_metrics::{Metrics, SessionMetrics};
+use wharf_metrics::Metrics;
 
+use crate::accept::{accept_unix, Acceptor, Sessions};
 use crate::admin::ReloadHook;
 use crate::admin::{self, AdminState};
 use crate::call::Inflight;
-use crate::connection::{spawn_plain, spawn_tls, Held, SessionLimits, SessionParts};
+use crate::connection::{SessionLimits, SessionParts};
 use crate::cores;
 use crate::dispatch::Dispatcher;
 use crate::fd_budget;
 use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
-use crate::steering::OpenSession;
 use crate::tls::{self, TlsError, TlsFiles};
 use crate::warm_up::{WarmUp, WarmUpReport};
 
@@ -254,55 +255,6 @@ pub struct RunSummary {
     pub calls_cut: usize,
 }
 
-/// Open sessions, for the session gauges and the drain.
-pub(crate) struct Sessions {
-    open: AtomicUsize,
-    /// Notified when the last session closes.
-    all_closed: Notify,
-    metrics: SessionMetrics,
-    /// The process's open-files ledger: every open session may need two descriptors, which
-    /// idle upstream connections give back (`wharf_limits::descriptors`).
-    ledger: Arc<DescriptorLedger>,
-}
-
-impl Sessions {
-    pub(crate) fn new(metrics: SessionMetrics) -> Arc<Self> {
-        Self::on_ledger(metrics, DescriptorLedger::process())
-    }
-
-    /// Sessions counted on `ledger` (a test's own; the host uses the process's).
-    fn on_ledger(metrics: SessionMetrics, ledger: Arc<DescriptorLedger>) -> Arc<Self> {
-        Arc::new(Self {
-            open: AtomicUsize::new(0),
-            all_closed: Notify::new(),
-            metrics,
-            ledger,
-        })
-    }
-
-    pub(crate) fn opened(self: &Arc<Self>) -> SessionGuard {
-        let open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
-        self.metrics.set_active(open);
-        self.ledger.session_opened();
-        SessionGuard(self.clone())
-    }
-}
-
-/// One open session, counted (here and on the open-files ledger) until dropped.
-pub(crate) struct SessionGuard(Arc<Sessions>);
-
-impl Drop for SessionGuard {
-    fn drop(&mut self) {
-        let sessions = &self.0;
-        sessions.ledger.session_closed();
-        let open = sessions.open.fetch_sub(1, Ordering::AcqRel) - 1;
-        sessions.metrics.set_active(open);
-        if open == 0 {
-            sessions.all_closed.notify_waiters();
-        }
-    }
-}
-
 impl Host {
     /// The service listener's address.
     pub fn local_addr(&self) -> SocketAddr {
@@ -361,17 +313,17 @@ impl Host {
             server,
         } = self;
         let (stop_sessions, session_stop) = watch::channel(false);
-        let acceptor = Arc::new(Acceptor {
-            slots: Arc::new(Semaphore::new(max_sessions)),
-            sessions: sessions.clone(),
+        let acceptor = Arc::new(Acceptor::new(
+            max_sessions,
+            sessions.clone(),
             tls,
-            parts: SessionParts {
+            SessionParts {
                 h2: Arc::new(h2_builder(&server)),
                 dispatcher: dispatcher.clone(),
                 stop: session_stop,
                 limits: session_limits,
             },
-        });
+        ));
         let admin_task = tokio::spawn(admin::serve(admin, admin_state.clone()));
         admin_state.set_ready(true);
         let registry = dispatcher
@@ -423,22 +375,10 @@ impl Host {
             let _ = std::fs::remove_file(path);
         }
         let in_flight = admin_state.inflight().len();
-        info!(
-            in_flight,
-            sessions = sessions.open.load(Ordering::Acquire),
-            "draining"
-        );
+        info!(in_flight, sessions = sessions.open_now(), "draining");
         let _ = stop_sessions.send(true);
-        let drained = tokio::time::timeout(server.shutdown_timeout, async {
-            loop {
-                let closed = sessions.all_closed.notified();
-                if sessions.open.load(Ordering::Acquire) == 0 {
-                    break;
-                }
-                closed.await;
-            }
-        })
-        .await;
+        let drained =
+            tokio::time::timeout(server.shutdown_timeout, sessions.until_all_closed()).await;
         let calls_cut = match drained {
             Ok(()) => 0,
             Err(_elapsed) => admin_state.inflight().len(),
@@ -449,96 +389,6 @@ impl Host {
         admin_task.abort();
         info!(calls_cut, "stopped");
         RunSummary { calls_cut }
-    }
-}
-
-/// What an accept loop needs besides its listener: the session slots, and what a session
-/// starts with.
-pub(crate) struct Acceptor {
-    /// One permit per session admitted (`max_connections`, or the open-files budget).
-    slots: Arc<Semaphore>,
-    sessions: Arc<Sessions>,
-    tls: Option<TlsAcceptor>,
-    parts: SessionParts,
-}
-
-impl Acceptor {
-    /// Accepts connections (from `listener`, and from what `unix` gives) until `stop`, calling
-    /// `on_tcp_accept` for each TCP connection taken (a core's steering watch): what it
-    /// returns is held by the session until it ends.
-    pub(crate) async fn accept_until<U>(
-        &self,
-        listener: Option<&TcpListener>,
-        unix: impl Fn() -> U,
-        stop: impl Future<Output = ()>,
-        mut on_tcp_accept: impl FnMut() -> Option<OpenSession>,
-    ) where
-        U: Future<Output = std::io::Result<UnixStream>>,
-    {
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                () = &mut stop => break,
-                () = self.accept_one(listener, unix(), &mut on_tcp_accept) => {}
-            }
-        }
-    }
-
-    /// Accepts one connection (from `listener`, or from `unix`), takes a session slot for
-    /// it and starts its session on the runtime this runs on. Beyond the slots, new
-    /// connections wait in the kernel's backlog, and each accept loop holds at most the one
-    /// it accepted until a slot frees. (The slot is taken after the accept: with a listener
-    /// per core, a loop holding a slot while its own queue is empty would keep it from a
-    /// connection queued at another core.)
-    async fn accept_one(
-        &self,
-        listener: Option<&TcpListener>,
-        unix: impl Future<Output = std::io::Result<UnixStream>>,
-        on_tcp_accept: &mut impl FnMut() -> Option<OpenSession>,
-    ) {
-        let tcp = async {
-            match listener {
-                Some(listener) => listener.accept().await,
-                None => std::future::pending().await,
-            }
-        };
-        let accepted = tokio::select! {
-            accepted = tcp => accepted.map(|(stream, peer)| Accepted::Tcp(stream, peer)),
-            accepted = unix => accepted.map(Accepted::Unix),
-        };
-        let accepted = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                // EMFILE and friends: back off briefly instead of spinning.
-                warn!(error = %error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                return;
-            }
-        };
-        let on_core = match accepted {
-            Accepted::Tcp(..) => on_tcp_accept(),
-            Accepted::Unix(_) => None,
-        };
-        let Ok(slot) = self.slots.clone().acquire_owned().await else {
-            return std::future::pending().await; // the semaphore is never closed
-        };
-        let held: Held = (self.sessions.opened(), slot, on_core);
-        let parts = self.parts.clone();
-        match accepted {
-            Accepted::Tcp(stream, peer) => {
-                // Linux gives accepted sockets the listener's TCP_NODELAY (set in bind_tcp):
-                // one system call less per connection (issue 4's burst).
-                #[cfg(not(target_os = "linux"))]
-                if let Err(error) = stream.set_nodelay(true) {
-                    tracing::debug!(peer = %peer, error = %error, "cannot set TCP_NODELAY");
-                }
-                match &self.tls {
-                    Some(tls) => spawn_tls(parts, tls.clone(), stream, peer, held),
-                    None => spawn_plain(parts, stream, Some(peer), held),
-                }
-            }
-            Accepted::Unix(stream) => spawn_plain(parts, stream, None, held),
-        }
     }
 }
 
@@ -559,20 +409,6 @@ pub(crate) fn h2_builder(server: &ServerConfig) -> http2::Builder<TokioExecutor>
         .timer(TokioTimer::new())
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
     builder
-}
-
-/// A connection just accepted.
-enum Accepted {
-    Tcp(TcpStream, SocketAddr),
-    Unix(UnixStream),
-}
-
-/// Accepts on the Unix listener, or never when there is none.
-async fn accept_unix(unix: Option<&(UnixListener, PathBuf)>) -> std::io::Result<UnixStream> {
-    match unix {
-        Some((listener, _)) => listener.accept().await.map(|(stream, _)| stream),
-        None => std::future::pending().await,
-    }
 }
 
 /// The service listener's accept queue: a burst of new connections must fit it. With
@@ -656,49 +492,5 @@ mod tests {
             };
             assert_eq!(session_limits(&server).splice_bodies, splice_bodies);
         }
-    }
-
-    /// An idle pool's stand-in: holds `held` lent descriptors and gives them back.
-    struct IdleStandIn {
-        ledger: Arc<DescriptorLedger>,
-        held: std::sync::Mutex<usize>,
-    }
-
-    impl wharf_limits::descriptors::Lender for IdleStandIn {
-        fn recall(&self, wanted: usize) -> usize {
-            let mut held = self.held.lock().unwrap();
-            let given = wanted.min(*held);
-            *held -= given;
-            self.ledger.give_back(given);
-            given
-        }
-    }
-
-    #[test]
-    fn an_opening_session_takes_its_descriptors_back_from_idle_connections() {
-        let ledger = DescriptorLedger::unlimited();
-        ledger.set_limit(Some(110), 10);
-        assert!(ledger.lend(100), "no session open: all 100 may be lent");
-        let idle = Arc::new(IdleStandIn {
-            ledger: ledger.clone(),
-            held: std::sync::Mutex::new(100),
-        });
-        let lender: Arc<dyn wharf_limits::descriptors::Lender> = idle.clone();
-        ledger.register(Arc::downgrade(&lender));
-        let sessions = Sessions::on_ledger(Metrics::new().sessions(10), ledger.clone());
-
-        let guards: Vec<_> = (0..3).map(|_| sessions.opened()).collect();
-        assert_eq!(
-            *idle.held.lock().unwrap(),
-            94,
-            "two descriptors per session"
-        );
-        assert_eq!(ledger.overdrawn(), 0);
-        drop(guards);
-        assert!(
-            ledger.lend(6),
-            "closed sessions leave their descriptors to lend"
-        );
-        assert!(!ledger.lend(1));
     }
 }

@@ -31,12 +31,13 @@ use tokio::sync::{watch, Semaphore};
 use wharf_config::{LimitsConfig, ServerConfig};
 use wharf_metrics::Metrics;
 
+use crate::accept::Sessions;
 use crate::call::Inflight;
 use crate::connection::{spawn_plain, SessionLimits, SessionParts};
 use crate::cores::Prepared;
 use crate::dispatch::Dispatcher;
 use crate::registry::Mount;
-use crate::server::{h2_builder, Sessions};
+use crate::server::h2_builder;
 use crate::service::HostService;
 use crate::services::ServiceSet;
 
