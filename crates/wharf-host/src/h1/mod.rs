@@ -28,6 +28,7 @@
 mod body;
 mod date;
 mod heads;
+mod message;
 pub(crate) mod pipes;
 mod read;
 mod spare;
@@ -245,7 +246,7 @@ enum Driven {
     Written(bool),
     /// The response is being written (its body streams, or the socket is full); then it
     /// may be followed by another.
-    Writing(Box<write::MessageWriter>, bool),
+    Writing(Box<message::MessageWriter>, bool),
 }
 
 /// What the response needs to know of its request.
