@@ -15,16 +15,17 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, Method, Response};
+use http::{Method, Response};
 use http_body::Body;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::body::ResponseBody;
 use crate::error::{SendError, UpstreamError};
 use crate::pool::PoolSlot;
+use crate::request::{EncodedRequest, RequestHead};
 use crate::stream::UpstreamStream;
 use wharf_http1::relay::HeadFields;
-use wharf_http1::request::{encode_request_head, request_framing, FieldEdits, RequestFraming};
+use wharf_http1::request::{encode_request_head, request_framing, RequestFraming};
 use wharf_http1::response::{parse_response_head, HeadParse, ParsedHead};
 
 /// First read size, and the smallest the adaptive size shrinks to.
@@ -38,58 +39,6 @@ const MIN_READ: usize = 8 * 1024;
 const MAX_READ: usize = 64 * 1024;
 /// Below this much free room the buffer is grown before reading.
 const MIN_SPARE: usize = 2 * 1024;
-
-/// What [`Connection::send`] writes as the request head.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestHead<'a> {
-    /// The method.
-    pub method: &'a Method,
-    /// The origin-form target (`/path?query`); no whitespace or control characters.
-    pub target: &'a str,
-    /// Every header to send, `host` included; `content-length` and `transfer-encoding` are
-    /// replaced by the body's own framing.
-    pub headers: &'a HeaderMap,
-    /// Fields of `headers` left out, and fields added, as the head is written
-    /// ([`FieldEdits::NONE`] for none).
-    pub edits: FieldEdits<'a>,
-    /// Which of the response's header fields to keep, and how ([`HeadFields::All`]: every
-    /// one, in the response's map; see [`Exchange::keeping`] for the others).
-    pub response_fields: HeadFields,
-}
-
-/// A bodiless request encoded once, for a caller that sends the same request many times
-/// (the proxy, to one target URL).
-#[derive(Debug, Clone)]
-pub struct EncodedRequest {
-    bytes: Bytes,
-    method: Method,
-}
-
-impl EncodedRequest {
-    /// Encodes `method target HTTP/1.1` and `headers` (framing headers dropped: the request
-    /// has no body).
-    pub fn new(method: &Method, target: &str, headers: &HeaderMap) -> Result<Self, UpstreamError> {
-        let mut bytes = Vec::with_capacity(64 + target.len());
-        let framing = request_framing(method, true, Some(0));
-        encode_request_head(
-            method,
-            target,
-            headers,
-            FieldEdits::NONE,
-            framing,
-            &mut bytes,
-        )?;
-        Ok(Self {
-            bytes: Bytes::from(bytes),
-            method: method.clone(),
-        })
-    }
-
-    /// The bytes that go on the wire.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-}
 
 /// An open connection to an upstream.
 #[derive(Debug)]

@@ -23,14 +23,16 @@ mod body;
 mod connection;
 mod error;
 mod pool;
+mod request;
 mod shards;
 mod stream;
 mod tls;
 
 pub use body::ResponseBody;
-pub use connection::{Connection, EncodedRequest, Exchange, RequestHead};
+pub use connection::{Connection, Exchange};
 pub use error::{SendError, UpstreamError};
 pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
+pub use request::{EncodedRequest, RequestHead};
 pub use shards::PoolShards;
 pub use stream::UpstreamStream;
 pub use tls::tls_connector;
