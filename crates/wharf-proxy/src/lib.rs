@@ -19,8 +19,10 @@ mod fill;
 pub mod headers;
 mod origin;
 pub mod request;
+mod response;
 mod service;
 mod target;
 
 pub use error::ProxyError;
-pub use service::{CacheResult, ProxyService};
+pub use response::CacheResult;
+pub use service::ProxyService;
