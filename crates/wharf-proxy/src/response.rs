@@ -1,11 +1,13 @@
 //! The proxy's answers to a served call: a hit from its cache entry, whose fields are
-//! encoded once and shared by every hit, and a fetched or coalesced response built from
-//! the origin's head; each says in `x-cache` how it was served ([`CacheResult`]). Errors
-//! are [`crate::error`]'s.
+//! encoded once and shared by every hit; a fetched or coalesced response built from the
+//! origin's head, relabelled when its body came from the shared tier; and a pass-through;
+//! each says in `x-cache` how it was served ([`CacheResult`]). Errors are
+//! [`crate::error`]'s.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use http::response::Parts;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Response};
 use wharf_cache::{CachedResponse, ResponseHead};
 use wharf_host::ResponseBody;
@@ -13,6 +15,7 @@ use wharf_http1::recycle;
 use wharf_http1::relay::RelayedFields;
 
 use crate::body::from_entry;
+use crate::fill::FillSource;
 
 /// Response header telling how the call was served.
 pub(crate) const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
@@ -100,6 +103,43 @@ pub(crate) fn build_response(
     response
         .headers_mut()
         .insert(X_CACHE, HeaderValue::from_static(result.as_str()));
+    response
+}
+
+/// Relabels a fill's response whose body came from the shared tier (`source`): a Redis hit
+/// is a hit, with its `age`; an entry another instance fetched while this one waited for it
+/// is that instance's fill, shared (`coalesced`). Says `x-cache-tier: shared`; returns the
+/// result it put in `x-cache`.
+pub(crate) fn from_shared_tier(
+    response: &mut Response<ResponseBody>,
+    source: &FillSource,
+) -> CacheResult {
+    let headers = response.headers_mut();
+    let result = match source {
+        FillSource::Shared { stored_at } => {
+            let age = Instant::now().saturating_duration_since(*stored_at);
+            headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
+            CacheResult::Hit
+        }
+        FillSource::SharedAfterWait => CacheResult::Coalesced,
+    };
+    headers.insert(X_CACHE, HeaderValue::from_static(result.as_str()));
+    headers.insert(X_CACHE_TIER, HeaderValue::from_static("shared"));
+    result
+}
+
+/// A pass-through answer: the origin's status, `body` relayed, `x-cache: bypass`. The
+/// relayed fields came as lines (in `parts`' extensions, written as they are); its map holds
+/// none of the origin's fields (the length is the body's).
+pub(crate) fn bypass_response(parts: Parts, body: ResponseBody) -> Response<ResponseBody> {
+    let mut response = Response::new(body);
+    *response.status_mut() = parts.status;
+    *response.headers_mut() = parts.headers;
+    *response.extensions_mut() = parts.extensions;
+    response.headers_mut().insert(
+        X_CACHE,
+        HeaderValue::from_static(CacheResult::Bypass.as_str()),
+    );
     response
 }
 

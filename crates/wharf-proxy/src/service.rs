@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use http::{header, HeaderValue, Method, Request, Response};
+use http::{Method, Request, Response};
 use tracing::{debug, warn};
 use wharf_cache::{FillFailure, FillReader, FillRegistry, Joined, MemoryCache};
 use wharf_cache::{SharedTier, SharedTierConfig};
@@ -21,11 +21,13 @@ use wharf_upstream::HeadFields;
 use crate::body::{from_fill, relay, OriginBody};
 use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
-use crate::fill::{FillJob, FillSource};
+use crate::fill::FillJob;
 use crate::headers::RELAYED_ONLY;
 use crate::origin::Origin;
 use crate::request::RawQuery;
-use crate::response::{build_response, hit_response, CacheResult, X_CACHE, X_CACHE_TIER};
+use crate::response::{
+    build_response, bypass_response, from_shared_tier, hit_response, CacheResult,
+};
 use crate::target::{Target, TargetMemo};
 
 /// Longest cross-instance fill lease: 2 × `first_byte_timeout`, capped here, is how long
@@ -297,19 +299,7 @@ impl Inner {
                 let (mut response, mut result) =
                     stream_fill(reader, CacheResult::Miss, phases).await?;
                 if let Some(source) = source.get() {
-                    // A Redis hit is a hit; an entry another instance fetched while this
-                    // one waited for it is that instance's fill, shared.
-                    let headers = response.headers_mut();
-                    result = match source {
-                        FillSource::Shared { stored_at } => {
-                            let age = Instant::now().saturating_duration_since(*stored_at);
-                            headers.insert(header::AGE, HeaderValue::from(age.as_secs()));
-                            CacheResult::Hit
-                        }
-                        FillSource::SharedAfterWait => CacheResult::Coalesced,
-                    };
-                    headers.insert(X_CACHE, HeaderValue::from_static(result.as_str()));
-                    headers.insert(X_CACHE_TIER, HeaderValue::from_static("shared"));
+                    result = from_shared_tier(&mut response, source);
                 }
                 Ok((response, result))
             }
@@ -350,17 +340,7 @@ impl Inner {
         // A body broken before its first byte gets a 502/504 answer, not a
         // connection closed without one (see `read_first_frame`).
         body.as_mut().read_first_frame().await?;
-        let mut response = Response::new(relay(body));
-        *response.status_mut() = parts.status;
-        // The relayed fields came as lines (in the extensions, written as they are); the map
-        // holds none of the origin's fields (the length is the body's).
-        *response.headers_mut() = parts.headers;
-        *response.extensions_mut() = parts.extensions;
-        response.headers_mut().insert(
-            X_CACHE,
-            HeaderValue::from_static(CacheResult::Bypass.as_str()),
-        );
-        Ok(response)
+        Ok(bypass_response(parts, relay(body)))
     }
 }
 

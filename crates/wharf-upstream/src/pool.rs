@@ -6,8 +6,8 @@
 //! the upstream's idle timer) after a free check that it is still open. Both the number of
 //! idle connections per key and in all are bounded, and connections idle past
 //! `idle_timeout` are closed: by the next call for that key, or by the sweep
-//! ([`IdlePool::sweep_from_first_call`]) when no call comes. Nothing here polls an idle connection:
-//! it costs its socket and a few dozen bytes and no task; the read buffer it kept from its
+//! ([`IdlePool::sweep_from_first_call`]) when no call comes. Nothing here polls an idle
+//! connection: it costs its socket and a few dozen bytes and no task; the read buffer it kept from its
 //! last exchange is given back by the next sweep. A pool that holds nothing (no idle
 //! connection, no upstream being connected to or waited for) has nothing to sweep: its
 //! sweeper sleeps without a timer until a call comes, so an unused gateway is not woken.
@@ -584,12 +584,13 @@ impl IdlePool {
 
     /// Sweeps the pool every `every` while it holds anything (closing connections idle past
     /// `idle_timeout`, giving back their read buffers), for as long as the pool exists, in a
-    /// task that the first call bringing an upstream in starts on its own runtime. A pool serves the thread that calls through it (a core with a
-    /// runtime of its own, [`crate::PoolShards`]): its sweeper then lives on that core, and
-    /// the call that finds the pool empty wakes it with a local schedule. A sweeper on the
-    /// runtime that built the pools was another thread: waking it was a futex wake of a
-    /// parked thread on an idle CPU, made between reading a request and connecting upstream
-    /// (stop 41: the first call after a 2-minute idle, `bench/RESULTS.md`).
+    /// task that the first call bringing an upstream in starts on its own runtime. A pool
+    /// serves the thread that calls through it (a core with a runtime of its own,
+    /// [`crate::PoolShards`]): its sweeper then lives on that core, and the call that finds
+    /// the pool empty wakes it with a local schedule. A sweeper on the runtime that built the
+    /// pools was another thread: waking it was a futex wake of a parked thread on an idle
+    /// CPU, made between reading a request and connecting upstream (stop 41: the first call
+    /// after a 2-minute idle, `bench/RESULTS.md`).
     pub fn sweep_from_first_call(&self, every: Duration) {
         self.lock().sweep_deferred = Some(every);
     }

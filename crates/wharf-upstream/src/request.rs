@@ -23,7 +23,8 @@ pub struct RequestHead<'a> {
     /// ([`FieldEdits::NONE`] for none).
     pub edits: FieldEdits<'a>,
     /// Which of the response's header fields to keep, and how ([`HeadFields::All`]: every
-    /// one, in the response's map; see [`Exchange::keeping`](crate::Exchange::keeping) for the others).
+    /// one, in the response's map; see [`Exchange::keeping`](crate::Exchange::keeping) for
+    /// the others).
     pub response_fields: HeadFields,
 }
 

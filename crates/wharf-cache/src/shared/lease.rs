@@ -129,8 +129,8 @@ impl SharedTier {
     }
 
     /// Waits for the entry of `key` that another instance is fetching, polling every
-    /// [`SharedTierConfig::poll_interval`](super::SharedTierConfig::poll_interval) until it appears, the lease is given back or
-    /// expires, or `until`.
+    /// [`SharedTierConfig::poll_interval`](super::SharedTierConfig::poll_interval) until it
+    /// appears, the lease is given back or expires, or `until`.
     pub async fn wait(
         &self,
         key: &str,
