@@ -9,7 +9,7 @@
 //! Memory: the read buffer is allocated only once the socket is readable, so a call waiting
 //! for a slow upstream holds none; its size adapts to the reads (8 KiB up to 64 KiB).
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -21,6 +21,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::body::ResponseBody;
 use crate::error::{SendError, UpstreamError};
+use crate::exchange::Exchange;
 use crate::pool::PoolSlot;
 use crate::request::{EncodedRequest, RequestHead};
 use crate::stream::UpstreamStream;
@@ -50,94 +51,6 @@ pub struct Connection {
     read_size: usize,
     /// Exchanges completed on this connection.
     exchanges: u64,
-}
-
-/// The future of [`Connection::send_encoded`]: writes the request, then reads the response
-/// head.
-#[derive(Debug)]
-pub struct Exchange {
-    /// Until the response head is read.
-    connection: Option<Connection>,
-    /// What is left to write of the request.
-    unwritten: Bytes,
-    /// The request is HEAD (its response has no body, whatever it says).
-    head_request: bool,
-    /// Which response header fields are kept, and how (see [`Exchange::keeping`]).
-    fields: HeadFields,
-    slot: Option<PoolSlot>,
-    /// The connection came from a pool (a failure before any answer is then stale).
-    reused: bool,
-    /// Still writing (or flushing) the request.
-    writing: bool,
-    /// Response bytes read.
-    received: usize,
-}
-
-impl Future for Exchange {
-    type Output = Result<Response<ResponseBody>, SendError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        let Some(connection) = this.connection.as_mut() else {
-            return Poll::Pending; // polled after completion
-        };
-        if this.writing {
-            while !this.unwritten.is_empty() {
-                match Pin::new(&mut connection.io).poll_write(cx, &this.unwritten) {
-                    Poll::Ready(Ok(0)) => {
-                        return Poll::Ready(Err(this.fail(io::ErrorKind::WriteZero.into())))
-                    }
-                    Poll::Ready(Ok(n)) => this.unwritten.advance(n),
-                    Poll::Ready(Err(error)) => return Poll::Ready(Err(this.fail(error))),
-                    Poll::Pending => return Poll::Pending,
-                }
-            }
-            match Pin::new(&mut connection.io).poll_flush(cx) {
-                Poll::Ready(Ok(())) => this.writing = false,
-                Poll::Ready(Err(error)) => return Poll::Ready(Err(this.fail(error))),
-                Poll::Pending => return Poll::Pending,
-            }
-            this.received = connection.buf.len();
-        }
-        let method = if this.head_request {
-            &Method::HEAD
-        } else {
-            &Method::GET
-        };
-        let parsed = ready!(connection.poll_head(cx, method, this.fields, &mut this.received));
-        let Some(connection) = this.connection.take() else {
-            return Poll::Pending;
-        };
-        Poll::Ready(match parsed {
-            Ok(parsed) => Ok(connection.respond(parsed, true, this.slot.take())),
-            Err(error) => Err(SendError {
-                error,
-                stale: this.reused && this.received == 0,
-            }),
-        })
-    }
-}
-
-impl Exchange {
-    /// Which response header fields to keep, and how (all, in the map, unless told). With
-    /// [`HeadFields::Relay`] the response's map is empty and its extensions hold a
-    /// [`wharf_http1::relay::RelayedFields`], which an HTTP/1.1 server writes as it is: for
-    /// a caller that passes a fixed set of fields on and reads none of the others (the
-    /// body's size hint gives the length).
-    pub fn keeping(mut self, fields: HeadFields) -> Self {
-        self.fields = fields;
-        self
-    }
-
-    /// Writing the request failed: the connection is closed.
-    fn fail(&mut self, error: io::Error) -> SendError {
-        self.connection = None;
-        let error = UpstreamError::Write(error);
-        SendError {
-            stale: self.reused && is_reset(&error),
-            error,
-        }
-    }
 }
 
 /// How sending a request body ended.
@@ -262,16 +175,7 @@ impl Connection {
     /// response head, as [`Connection::send`] does. The returned future is small (a few
     /// hundred bytes): a call waiting on a slow upstream holds little more than its socket.
     pub fn send_encoded(self, request: &EncodedRequest, slot: Option<PoolSlot>) -> Exchange {
-        Exchange {
-            reused: self.is_reused(),
-            connection: Some(self),
-            unwritten: request.bytes.clone(),
-            head_request: request.method == Method::HEAD,
-            fields: HeadFields::All,
-            slot,
-            writing: true,
-            received: 0,
-        }
+        Exchange::new(self, request, slot)
     }
 
     /// Reads the response head once the request is out, keeping its `fields` as asked.
@@ -296,7 +200,7 @@ impl Connection {
     }
 
     /// The response to a parsed head: the body reads from this connection.
-    fn respond(
+    pub(crate) fn respond(
         self,
         mut parsed: ParsedHead,
         keep_alive_allowed: bool,
@@ -418,7 +322,7 @@ impl Connection {
 
     /// Reads until a final response head is complete; skips interim (1xx) responses.
     /// `received` counts the response bytes that came back.
-    fn poll_head(
+    pub(crate) fn poll_head(
         &mut self,
         cx: &mut Context<'_>,
         method: &Method,
@@ -516,7 +420,7 @@ fn write_parts(
 }
 
 /// A write failure that a closed idle connection produces.
-fn is_reset(error: &UpstreamError) -> bool {
+pub(crate) fn is_reset(error: &UpstreamError) -> bool {
     matches!(error, UpstreamError::Write(io) if matches!(
         io.kind(),
         io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted

@@ -8,7 +8,8 @@
 //! go to the client's socket in the same poll that read them. Memory follows the work: a
 //! connection waiting on a slow upstream holds no read buffer, an idle one none at all.
 //!
-//! - [`Connection`]: one connection, [`Connection::send`] one exchange;
+//! - [`Connection`]: one connection, [`Connection::send`] (or [`Exchange`], a request encoded
+//!   beforehand) one exchange;
 //! - [`ResponseBody`]: the streamed response body, which returns its connection to the pool;
 //! - [`IdlePool`] / [`PoolSlot`]: bounded idle keep-alive connections by upstream;
 //! - [`UpstreamStream`]: TCP, TLS or Unix socket; [`tls_connector`] for `https://`;
@@ -22,6 +23,7 @@
 mod body;
 mod connection;
 mod error;
+mod exchange;
 mod pool;
 mod request;
 mod shards;
@@ -29,8 +31,9 @@ mod stream;
 mod tls;
 
 pub use body::ResponseBody;
-pub use connection::{Connection, Exchange};
+pub use connection::Connection;
 pub use error::{SendError, UpstreamError};
+pub use exchange::Exchange;
 pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
 pub use request::{EncodedRequest, RequestHead};
 pub use shards::PoolShards;
