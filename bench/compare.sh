@@ -920,7 +920,7 @@ if cold:
 fc = load("first-call")
 # idle-GAP-TARGET.json, one side-by-side run per gap: IDLE[gap][target], the gap named as
 # wharf bench names it in its metrics (120s is "2m"); IDLE_ROUNDS[gap] its round count.
-IDLE, IDLE_ROUNDS, IDLE_KEEPALIVE = {}, {}, {}
+IDLE, IDLE_ROUNDS, IDLE_KEEPALIVE, IDLE_NOTES = {}, {}, {}, {}
 
 
 def gap_seconds(g):
@@ -937,6 +937,7 @@ for path in sorted(glob.glob(os.path.join(D, "json", "idle-*.json"))):
     IDLE_KEEPALIVE[g] = st.get("keep_alive", "true") == "true"
     for t in rep["targets"]:
         IDLE.setdefault(g, {})[t["name"]] = t
+    IDLE_NOTES.setdefault(g, []).extend(rep.get("notes", []))
 if fc:
     T = targets(fc)
     rows = []
@@ -977,6 +978,12 @@ if fc:
         first_call_bar("First call after start, cache-hit path (first hit after the fill / warm)", H, "cache")
     first_call_bar("First call after start, pass path (first/warm)", T, "pass")
 
+def idle_notes():
+    """The idle runs' notes (a warm phase slower than the other, a closed keep-alive connection)."""
+    lines = [f"- {g} run: {n}" for g in sorted(IDLE_NOTES, key=gap_seconds) for n in IDLE_NOTES[g]]
+    return ("\nNotes from these runs (`wharf bench`'s own):\n\n" + "\n".join(lines) + "\n") if lines else ""
+
+
 if IDLE:
     # in IDLE_GAPS order (file names sort 120s before 20s)
     gaps = sorted(IDLE, key=gap_seconds)
@@ -986,8 +993,7 @@ if IDLE:
         first = IDLE[gaps[0]].get(n)
         if not first:
             continue
-        cells = [n, f(cls(first, "warm keep-alive")["latency_ms"]["p50"]),
-                 f(cls(first, "warm new connection")["latency_ms"]["p50"])]
+        cells = [n, f(mval(first, "warm_keepalive_ms")), f(mval(first, "warm_new_conn_ms"))]
         errors = 0
         for g in gaps:
             t = IDLE[g].get(n)
@@ -1003,7 +1009,7 @@ if IDLE:
                     cells.append("closed" if IDLE_KEEPALIVE[g] else "not timed")
         cells.append(str(errors))
         rows.append(cells)
-    head = ["target", f"warm keep-alive p50 ms ({gaps[0]} run)", f"warm new-conn p50 ms ({gaps[0]} run)"]
+    head = ["target", f"warm keep-alive ms ({gaps[0]} run)", f"warm new-conn ms ({gaps[0]} run)"]
     for g in gaps:
         head += [f"keep-alive after {g}: ms (× warm)", f"new conn after {g}: ms (× warm)"]
     head.append("errors")
@@ -1018,8 +1024,12 @@ if IDLE:
       f"first, started {M['idle_stagger']} s apart so that no two timed calls coincide. Per gap and round: a call on a keep-alive connection that idled for the gap (gaps under a minute "
       "only: past the gateways' keep-alive timeouts of 60-65 s the connection is always closed), and a call on a new "
       "connection after the gap, each with its ratio to that round's warm median of its kind (keep-alive, new "
-      f"connection); median over rounds ({rounds}). `/bytes/1024` everywhere; "
-      "cache targets are hits (TTL 600 s > the gaps).\n\n" + table(head, rows) + hits)
+      "connection). The warm calls (20 on one keep-alive connection, 5 on new connections) are made before the "
+      "first gap and again after the last; the warm median is the faster phase's, so that a phase in which a target "
+      "ran slow for a while (its threads' placement, other load) does not pass for warm; `wharf bench` notes a round "
+      f"whose phases differ by more than 2× (below). Median over rounds ({rounds}). `/bytes/1024` everywhere; "
+      "cache targets are hits (TTL 600 s > the gaps).\n\n" + table(head, rows) + hits
+      + idle_notes())
     for g in gaps:
         G = IDLE[g]
         for kind, label in (("keepalive", "keep-alive"), ("new_conn", "new connection")):

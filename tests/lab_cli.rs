@@ -72,6 +72,21 @@ fn counts(report: &serde_json::Value, class: &str) -> (u64, u64) {
     )
 }
 
+/// The per-round values of `metric` in a `--json` report's one target.
+fn per_round(report: &serde_json::Value, metric: &str) -> Vec<f64> {
+    let metrics = report["targets"][0]["metrics"].as_array().unwrap();
+    let found = metrics
+        .iter()
+        .find(|m| m["name"] == metric)
+        .unwrap_or_else(|| panic!("no metric {metric:?} in {metrics:?}"));
+    found["per_round"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
 #[test]
 fn bench_idle_times_every_call_of_a_testbed_process_and_the_testbed_stops_on_sigterm() {
     let mut testbed = TestbedProcess::start();
@@ -86,12 +101,34 @@ fn bench_idle_times_every_call_of_a_testbed_process_and_the_testbed_stops_on_sig
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["scenario"], "idle");
     assert_eq!(report["rounds"], 2);
-    // Per round: the warm calls, 5 warm new connections (the default), one call after the
-    // gap on the kept connection and one on a new connection.
-    assert_eq!(counts(&report, "warm keep-alive"), (8, 0));
-    assert_eq!(counts(&report, "warm new connection"), (10, 0));
+    // Per round: the warm calls and 5 warm new connections (the default) before the gap and
+    // again after it, one call after the gap on the kept connection and one on a new
+    // connection.
+    assert_eq!(counts(&report, "warm keep-alive"), (16, 0));
+    assert_eq!(counts(&report, "warm new connection"), (20, 0));
     assert_eq!(counts(&report, "after gap, keep-alive"), (2, 0));
     assert_eq!(counts(&report, "after gap, new connection"), (2, 0));
+    // Each round's ratios divide its timed calls by that round's warm baseline of their kind.
+    for (timed, warm) in [
+        ("keepalive_after_200ms", "warm_keepalive_ms"),
+        ("new_conn_after_200ms", "warm_new_conn_ms"),
+    ] {
+        let ms = per_round(&report, &format!("{timed}_ms"));
+        let ratios = per_round(&report, &format!("{timed}_ratio"));
+        let warm = per_round(&report, warm);
+        assert_eq!((ms.len(), ratios.len(), warm.len()), (2, 2, 2));
+        for round in 0..2 {
+            assert!(warm[round] > 0.0, "{timed}: warm baseline {warm:?}");
+            let expected = ms[round] / warm[round];
+            assert!(
+                (ratios[round] - expected).abs() <= 1e-9 * expected,
+                "{timed} round {round}: ratio {} against {} ms / {} ms",
+                ratios[round],
+                ms[round],
+                warm[round]
+            );
+        }
+    }
 
     let status = testbed.terminate(Duration::from_secs(10));
     assert!(status.success(), "testbed exited with {status}");

@@ -125,7 +125,9 @@ pub(crate) enum ScenarioArgs {
     ///
     /// Each gap is waited twice per round, once per kind of call (once with
     /// --new-connection-only), so a round lasts about twice the sum of the gaps. Reports each
-    /// call's time and its ratio to the warm median (about 1 is right).
+    /// call's time and its ratio to the warm median (about 1 is right). The warm calls are
+    /// made before the first gap and again after the last; the ratio divides by the faster
+    /// phase's median, and a round whose two phases differ by more than 2x gets a note.
     Idle {
         /// The URL to call.
         #[arg(long)]
@@ -136,7 +138,7 @@ pub(crate) enum ScenarioArgs {
         /// Divide every gap by 10 (20s,120s becomes 2s,12s).
         #[arg(long)]
         quick: bool,
-        /// Warm calls on one keep-alive connection (the keep-alive baseline).
+        /// Warm calls on one keep-alive connection per warm phase (the keep-alive baseline).
         #[arg(long, default_value_t = 20)]
         warm_calls: u32,
         /// Time only the call on a new connection after each gap, so each gap is waited once

@@ -8,16 +8,22 @@
 //! 2. the target idles for the gap again and a call on a new connection is timed
 //!    (`new_conn_after_GAP_ms`).
 //!
-//! Each is also given as a ratio to its warm median (`..._ratio`): about 1 means no idle
-//! penalty (seed 001 saw ~418 ms after 15 s). A server may close a keep-alive connection that
-//! idled past its own idle timeout; that is reported as a note, not as an error, and the
-//! keep-alive figure is then missing. Each gap is waited twice, so a round lasts about twice
-//! the sum of the gaps; with `keep_alive` off only step 2 runs (for gaps past the targets'
-//! keep-alive timeouts, where step 1 can only report the connection closed).
+//! After the last gap the warm baselines are taken again. Each timed call is also given as a
+//! ratio to its kind's warm median (`..._ratio`): about 1 means no idle penalty (seed 001 saw
+//! ~418 ms after 15 s). That median (`warm_keepalive_ms`, `warm_new_conn_ms`) is the lower
+//! of the two warm phases' medians: on a shared machine a target's warm calls can be several
+//! times slower for a while (where the scheduler left its threads, or another process's
+//! load), and a slow phase taken as "warm" would hide an idle penalty; a round whose two
+//! phases differ by more than [`PHASE_SPREAD_NOTE`] times gets a note. A server may close a
+//! keep-alive connection that idled past its own idle timeout; that is reported as a note, not
+//! as an error, and the keep-alive figure is then missing. Each gap is waited twice, so a
+//! round lasts about twice the sum of the gaps; with `keep_alive` off only step 2 runs (for
+//! gaps past the targets' keep-alive timeouts, where step 1 can only report the connection
+//! closed).
 
 use std::time::{Duration, Instant};
 
-use crate::client::{fresh_call, keep_alive_call};
+use crate::client::{fresh_call, keep_alive_call, Endpoint};
 use crate::progress::ticks;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
@@ -28,9 +34,11 @@ use crate::BenchError;
 pub struct IdleConfig {
     /// The idle gaps, each waited twice per round (default 20 s and 120 s).
     pub gaps: Vec<Duration>,
-    /// Warm calls on one keep-alive connection for the keep-alive baseline (default 20).
+    /// Warm calls on one keep-alive connection for the keep-alive baseline, per warm phase
+    /// (default 20).
     pub warm_calls: u32,
-    /// Warm calls on new connections for the new-connection baseline (default 5).
+    /// Warm calls on new connections for the new-connection baseline, per warm phase
+    /// (default 5).
     pub warm_new_connections: u32,
     /// Whether to time a keep-alive connection after each gap too (default true); off, each
     /// gap is waited once per round, for the call on a new connection only.
@@ -71,7 +79,8 @@ impl IdleConfig {
     pub(crate) fn units(&self) -> u64 {
         let waits = if self.keep_alive { 2 } else { 1 };
         let gaps: u64 = self.gaps.iter().map(|&g| waits * ticks(g)).sum();
-        gaps + u64::from(self.warm_calls) + u64::from(self.warm_new_connections)
+        // The warm baselines are taken twice: before the first gap and after the last.
+        gaps + 2 * (u64::from(self.warm_calls) + u64::from(self.warm_new_connections))
     }
 
     pub(crate) fn check(&self) -> Result<(), BenchError> {
@@ -84,6 +93,80 @@ impl IdleConfig {
     }
 }
 
+/// Above this ratio between a round's two warm phases (the slower median over the faster) the
+/// round gets a note: its target ran at two speeds while warm.
+pub(crate) const PHASE_SPREAD_NOTE: f64 = 2.0;
+
+/// One kind of warm call's medians in the phase before the gaps and the one after them.
+#[derive(Debug, Clone, Copy)]
+struct WarmPhases {
+    before: Option<f64>,
+    after: Option<f64>,
+}
+
+impl WarmPhases {
+    /// The warm median the ratios divide by: the faster phase's (either, if only one has one).
+    fn baseline(self) -> Option<f64> {
+        match (self.before, self.after) {
+            (Some(before), Some(after)) => Some(before.min(after)),
+            (before, after) => before.or(after),
+        }
+    }
+
+    /// A note for the round when the phases' medians differ by more than
+    /// [`PHASE_SPREAD_NOTE`] times.
+    fn spread_note(self, kind: &str) -> Option<String> {
+        let (Some(before), Some(after)) = (self.before, self.after) else {
+            return None;
+        };
+        let (slow, fast) = (before.max(after), before.min(after));
+        (fast > 0.0 && slow / fast > PHASE_SPREAD_NOTE).then(|| {
+            format!(
+                "warm {kind} calls: median {before:.3} ms before the gaps, {after:.3} ms \
+                 after them (x{:.1}): the target ran at two speeds while warm; the ratios \
+                 divide by the faster",
+                slow / fast
+            )
+        })
+    }
+}
+
+/// One warm phase: `warm_calls` calls on one keep-alive connection, then
+/// `warm_new_connections` calls on a connection each, recorded in `warm` and `warm_new`;
+/// returns this phase's medians (keep-alive, new connection).
+async fn warm_phase(
+    config: &IdleConfig,
+    endpoint: &Endpoint,
+    next_call: &mut u64,
+    ctx: &Ctx,
+    warm: &mut ClassRound,
+    warm_new: &mut ClassRound,
+) -> (Option<f64>, Option<f64>) {
+    let mut kept = ClassRound::new("");
+    let mut conn = None;
+    for _ in 0..config.warm_calls {
+        *next_call += 1;
+        let req = endpoint.request(*next_call);
+        let begin = Instant::now();
+        let result = keep_alive_call(&mut conn, endpoint, req, ctx.timeout).await;
+        kept.record(begin.elapsed(), &result);
+        warm.record(begin.elapsed(), &result);
+        ctx.progress.inc(1);
+    }
+    drop(conn);
+    let mut fresh = ClassRound::new("");
+    for _ in 0..config.warm_new_connections {
+        *next_call += 1;
+        let req = endpoint.request(*next_call);
+        let begin = Instant::now();
+        let result = fresh_call(endpoint, req, ctx.timeout).await;
+        fresh.record(begin.elapsed(), &result);
+        warm_new.record(begin.elapsed(), &result);
+        ctx.progress.inc(1);
+    }
+    (kept.latencies.p50_ms(), fresh.latencies.p50_ms())
+}
+
 /// `value / base`, when both are known and `base` is not zero.
 fn ratio(value: Option<f64>, base: Option<f64>) -> Option<f64> {
     match (value, base) {
@@ -92,7 +175,7 @@ fn ratio(value: Option<f64>, base: Option<f64>) -> Option<f64> {
     }
 }
 
-/// One round: warm baselines, then each gap.
+/// One round: warm baselines, each gap, the warm baselines again.
 pub(crate) async fn round(
     config: &IdleConfig,
     target: &Prepared,
@@ -101,41 +184,24 @@ pub(crate) async fn round(
     let endpoint = &*target.main;
     let timeout = ctx.timeout;
     let mut n = 0u64;
-    let mut next = || {
-        n += 1;
-        endpoint.request(n)
-    };
     let mut round = Round::default();
 
     let mut warm = ClassRound::new("warm keep-alive");
-    let mut conn = None;
-    for _ in 0..config.warm_calls {
-        let req = next();
-        let begin = Instant::now();
-        let result = keep_alive_call(&mut conn, endpoint, req, timeout).await;
-        warm.record(begin.elapsed(), &result);
-        ctx.progress.inc(1);
-    }
-    drop(conn);
     let mut warm_new = ClassRound::new("warm new connection");
-    for _ in 0..config.warm_new_connections {
-        let req = next();
-        let begin = Instant::now();
-        let result = fresh_call(endpoint, req, timeout).await;
-        warm_new.record(begin.elapsed(), &result);
-        ctx.progress.inc(1);
-    }
-    let warm_p50 = warm.latencies.p50_ms();
-    let warm_new_p50 = warm_new.latencies.p50_ms();
+    let (warm_before, warm_new_before) =
+        warm_phase(config, endpoint, &mut n, ctx, &mut warm, &mut warm_new).await;
 
     let mut after_keep_alive = ClassRound::new("after gap, keep-alive");
     let mut after_new = ClassRound::new("after gap, new connection");
+    // Each gap's timed calls (keep-alive, new connection), in milliseconds.
+    let mut timed = Vec::with_capacity(config.gaps.len());
     for &gap in &config.gaps {
         let name = human(gap);
         // 1. The same keep-alive connection, before and after the gap.
         let keep_alive_ms = if config.keep_alive {
             let mut conn = None;
-            let warmed = keep_alive_call(&mut conn, endpoint, next(), timeout).await;
+            n += 1;
+            let warmed = keep_alive_call(&mut conn, endpoint, endpoint.request(n), timeout).await;
             ctx.progress.sleep(gap).await;
             match (&warmed, &conn) {
                 (Ok(()), Some(c)) if c.is_closed() => {
@@ -146,7 +212,8 @@ pub(crate) async fn round(
                     None
                 }
                 _ => {
-                    let req = next();
+                    n += 1;
+                    let req = endpoint.request(n);
                     let begin = Instant::now();
                     let result = keep_alive_call(&mut conn, endpoint, req, timeout).await;
                     let took = begin.elapsed();
@@ -159,13 +226,32 @@ pub(crate) async fn round(
         };
         // 2. A new connection after the gap.
         ctx.progress.sleep(gap).await;
-        let req = next();
+        n += 1;
+        let req = endpoint.request(n);
         let begin = Instant::now();
         let result = fresh_call(endpoint, req, timeout).await;
         let took = begin.elapsed();
         after_new.record(took, &result);
         let new_ms = result.is_ok().then_some(took.as_secs_f64() * 1000.0);
+        timed.push((name, keep_alive_ms, new_ms));
+    }
 
+    let (warm_after, warm_new_after) =
+        warm_phase(config, endpoint, &mut n, ctx, &mut warm, &mut warm_new).await;
+    let kept_phases = WarmPhases {
+        before: warm_before,
+        after: warm_after,
+    };
+    let new_phases = WarmPhases {
+        before: warm_new_before,
+        after: warm_new_after,
+    };
+    round.notes.extend(kept_phases.spread_note("keep-alive"));
+    round.notes.extend(new_phases.spread_note("new-connection"));
+    let (warm_p50, warm_new_p50) = (kept_phases.baseline(), new_phases.baseline());
+    round.metric("warm_keepalive_ms", warm_p50, Unit::Ms, Better::Lower);
+    round.metric("warm_new_conn_ms", warm_new_p50, Unit::Ms, Better::Lower);
+    for (name, keep_alive_ms, new_ms) in timed {
         let metric = |round: &mut Round, what: &str, value, unit| {
             let name = format!("{what}_after_{name}{}", unit_suffix(unit));
             round.metric(&name, value, unit, Better::Lower);
@@ -205,6 +291,31 @@ fn unit_suffix(unit: Unit) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_baseline_is_the_faster_warm_phase_and_a_wide_spread_gets_a_note() {
+        let phases = |before, after| WarmPhases { before, after };
+        // A slow phase before the gaps: the ratios divide by the phase after them.
+        let slow_first = phases(Some(0.9), Some(0.05));
+        assert_eq!(slow_first.baseline(), Some(0.05));
+        let note = slow_first.spread_note("keep-alive").unwrap();
+        assert!(
+            note.contains("0.900 ms before") && note.contains("0.050 ms after"),
+            "{note}"
+        );
+        assert!(note.contains("x18.0"), "{note}");
+        // And the other way round.
+        assert_eq!(phases(Some(0.04), Some(0.3)).baseline(), Some(0.04));
+        // Within the spread: the faster, no note.
+        let close = phases(Some(0.05), Some(0.09));
+        assert_eq!(close.baseline(), Some(0.05));
+        assert_eq!(close.spread_note("keep-alive"), None);
+        // A phase whose calls all failed: the other, no note.
+        let one = phases(None, Some(0.2));
+        assert_eq!(one.baseline(), Some(0.2));
+        assert_eq!(one.spread_note("new-connection"), None);
+        assert_eq!(phases(None, None).baseline(), None);
+    }
 
     #[test]
     fn quick_divides_gaps_by_ten() {
