@@ -220,7 +220,7 @@ async fn four_calls_under_ulimit(
 #[tokio::test]
 async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
     // The open-files ledger (wharf_limits::descriptors): with `ulimit -n` at the reserve
-    // (384) + 2, the one session admitted may need both descriptors, so an origin
+    // (256 without `server.splice_bodies`) + 2, the one session admitted may need both descriptors, so an origin
     // connection whose response has ended is closed, not kept, and every call connects.
     // With 12 more, a returned connection is kept beside the few sessions open (a call's
     // own, and the previous call's until its close is read) and the calls reuse it: one
@@ -235,19 +235,19 @@ async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
     );
     let refused = |page: &str| sample(page, "wharf_upstream_idle_refused_total").unwrap_or(-1.0);
 
-    let (connections, page) = four_calls_under_ulimit(&config, origin, &accepted, 386).await;
+    let (connections, page) = four_calls_under_ulimit(&config, origin, &accepted, 258).await;
     assert_eq!(
         connections, 4,
-        "ulimit -n 386: no origin connection is kept"
+        "ulimit -n 258: no origin connection is kept"
     );
-    let refused_386 = refused(&page);
+    let refused_258 = refused(&page);
     assert!(
-        refused_386 >= 4.0,
-        "each refusal is on /metrics: {refused_386}"
+        refused_258 >= 4.0,
+        "each refusal is on /metrics: {refused_258}"
     );
 
-    let (connections, page) = four_calls_under_ulimit(&config, origin, &accepted, 398).await;
-    assert_eq!(refused(&page), 0.0, "ulimit -n 398: nothing refused");
+    let (connections, page) = four_calls_under_ulimit(&config, origin, &accepted, 270).await;
+    assert_eq!(refused(&page), 0.0, "ulimit -n 270: nothing refused");
     let lent = sample(&page, "wharf_upstream_idle_descriptors").unwrap_or(0.0);
     assert!(
         lent >= 1.0,
@@ -255,9 +255,34 @@ async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
     );
     assert!(
         connections <= 2,
-        "ulimit -n 398: {connections} origin connections for four calls"
+        "ulimit -n 270: {connections} origin connections for four calls"
     );
     remove_config_file(&config);
+}
+
+#[tokio::test]
+async fn the_splice_pipes_are_reserved_only_when_splicing_is_on() {
+    // Under `ulimit -n 1000` the start admits (1000 - reserve) / 2 sessions and says how many:
+    // 372 with the reserve of 256, 308 when `server.splice_bodies` adds its 64 pipes (128).
+    for (splice_bodies, sessions) in [(false, 372), (true, 308)] {
+        let config = config_file(
+            &format!("splice-reserve-{splice_bodies}"),
+            &server_table(&format!("splice_bodies = {splice_bodies}\n")),
+        );
+        let wharf = WharfProcess::start_with_open_files(&config, 1000);
+        wharf.signal("TERM");
+        let (status, logs) = wharf.wait().await;
+        assert!(status.success(), "{logs}");
+        let warning = logs
+            .lines()
+            .find(|line| line.contains("max_connections is above what the open-files limit"))
+            .unwrap_or_else(|| panic!("no warning about the lowered sessions: {logs}"));
+        assert!(
+            warning.contains(&format!("\"sessions\":{sessions}")),
+            "splice_bodies = {splice_bodies}: expected {sessions} sessions in {warning}"
+        );
+        remove_config_file(&config);
+    }
 }
 
 #[tokio::test]

@@ -26,13 +26,25 @@ use wharf_limits::descriptors::{self, DescriptorLedger};
 
 use crate::h1::pipes::SPLICE_PIPE_FDS;
 
-/// Descriptors kept out of the session budget: listeners, the runtime's epoll
-/// and wake-up fds, stdio, log files, Redis and NATS connections, health
-/// probes, and a margin for files opened while serving (TLS keys on reload);
-/// and the cache's sealed body files, at most `wharf_cache::MAX_SEALED_FILES`
-/// (the host does not depend on the cache; a test of wharf-proxy, which uses
-/// both, holds the two equal); and the pipes that splice response bodies.
-pub(crate) const RESERVED_FDS: u64 = 128 + SEALED_BODY_FDS + SPLICE_PIPE_FDS;
+/// Descriptors kept out of the session budget whatever the config: listeners, the runtime's
+/// epoll and wake-up fds, stdio, log files, Redis and NATS connections, health probes, and a
+/// margin for files opened while serving (TLS keys on reload); and the cache's sealed body
+/// files, at most `wharf_cache::MAX_SEALED_FILES` (the host does not depend on the cache; a
+/// test of wharf-proxy, which uses both, holds the two equal). A proxy service may come with a
+/// reload, so its files are kept for even when none is configured.
+const ALWAYS_RESERVED_FDS: u64 = 128 + SEALED_BODY_FDS;
+
+/// Descriptors kept out of the session budget: [`ALWAYS_RESERVED_FDS`], and with
+/// `server.splice_bodies` the pipes that splice response bodies. Without it no pipe is ever
+/// opened, and `[server]` changes need a restart, so their share goes to sessions (64 more
+/// on a limit of 20,000).
+pub(crate) fn reserved_fds(splice_bodies: bool) -> u64 {
+    if splice_bodies {
+        ALWAYS_RESERVED_FDS + SPLICE_PIPE_FDS
+    } else {
+        ALWAYS_RESERVED_FDS
+    }
+}
 
 /// Descriptors the cache's sealed body files may hold.
 pub const SEALED_BODY_FDS: u64 = 128;
@@ -42,18 +54,20 @@ pub(crate) const FDS_PER_SESSION: u64 = descriptors::FDS_PER_SESSION as u64;
 
 /// The sessions to admit at once: `configured` (`max_connections`), lowered
 /// to what the open-files limit allows after raising the soft limit to the
-/// hard one. Logs a warning when it lowers the value.
-pub(crate) fn session_limit(configured: usize) -> usize {
+/// hard one, beside the descriptors reserved (`splice_bodies`: see
+/// [`reserved_fds`]). Logs a warning when it lowers the value.
+pub(crate) fn session_limit(configured: usize, splice_bodies: bool) -> usize {
     let limit = raise_nofile_limit();
-    DescriptorLedger::process().set_limit(limit, RESERVED_FDS);
-    let effective = sessions_within(configured, limit);
+    let reserved = reserved_fds(splice_bodies);
+    DescriptorLedger::process().set_limit(limit, reserved);
+    let effective = sessions_within(configured, limit, reserved);
     if effective < configured {
         warn!(
             max_connections = configured,
             open_files_limit = limit.unwrap_or(u64::MAX),
             sessions = effective,
             "max_connections is above what the open-files limit allows (2 per proxied call \
-             + {RESERVED_FDS} reserved): admitting at most this many sessions at once, \
+             + {reserved} reserved): admitting at most this many sessions at once, \
              the rest wait in the accept queue; raise `ulimit -n` to admit more"
         );
     } else if let Some(limit) = limit {
@@ -66,13 +80,17 @@ pub(crate) fn session_limit(configured: usize) -> usize {
     effective
 }
 
-/// The sessions that fit an open-files limit (`None`: unlimited), never more
-/// than `configured` and never fewer than one.
-pub(crate) fn sessions_within(configured: usize, open_files_limit: Option<u64>) -> usize {
+/// The sessions that fit an open-files limit (`None`: unlimited) beside `reserved`
+/// descriptors, never more than `configured` and never fewer than one.
+pub(crate) fn sessions_within(
+    configured: usize,
+    open_files_limit: Option<u64>,
+    reserved: u64,
+) -> usize {
     let Some(limit) = open_files_limit else {
         return configured.max(1);
     };
-    let fit = limit.saturating_sub(RESERVED_FDS) / FDS_PER_SESSION;
+    let fit = limit.saturating_sub(reserved) / FDS_PER_SESSION;
     let fit = usize::try_from(fit).unwrap_or(usize::MAX);
     configured.min(fit).max(1)
 }
@@ -100,24 +118,28 @@ mod tests {
 
     #[test]
     fn sessions_fit_the_open_files_limit() {
-        // (configured, limit, expected)
+        // (configured, limit, splice_bodies, expected)
         let cases = [
-            (10_000, None, 10_000),
-            (10_000, Some(1_048_576), 10_000),
-            // issue 4's machine: a hard limit of 20000 holds 9808 proxied calls
-            (10_000, Some(20_000), 9_808),
-            (20_000, Some(20_000), 9_808),
-            (100, Some(1024), 100),
-            (10_000, Some(1024), 320),
+            (10_000, None, false, 10_000),
+            (10_000, Some(1_048_576), false, 10_000),
+            // issue 4's machine: a hard limit of 20000 holds 9872 proxied calls, 9808 when
+            // the splice pipes are reserved too
+            (10_000, Some(20_000), false, 9_872),
+            (20_000, Some(20_000), false, 9_872),
+            (10_000, Some(20_000), true, 9_808),
+            (100, Some(1024), false, 100),
+            (10_000, Some(1024), false, 384),
+            (10_000, Some(1024), true, 320),
             // a limit below the reserve still admits one session
-            (10_000, Some(64), 1),
-            (0, None, 1),
+            (10_000, Some(64), false, 1),
+            (10_000, Some(64), true, 1),
+            (0, None, true, 1),
         ];
-        for (configured, limit, expected) in cases {
+        for (configured, limit, splice_bodies, expected) in cases {
             assert_eq!(
-                sessions_within(configured, limit),
+                sessions_within(configured, limit, reserved_fds(splice_bodies)),
                 expected,
-                "max_connections {configured}, limit {limit:?}"
+                "max_connections {configured}, limit {limit:?}, splice_bodies {splice_bodies}"
             );
         }
     }

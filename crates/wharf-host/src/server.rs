@@ -147,7 +147,8 @@ impl HostBuilder {
     /// Binds the service and admin listeners (port 0 picks a free port).
     pub async fn bind(mut self) -> Result<Host, HostError> {
         let started = Instant::now();
-        let max_sessions = fd_budget::session_limit(self.server.max_connections);
+        let max_sessions =
+            fd_budget::session_limit(self.server.max_connections, self.server.splice_bodies);
         // The data plane's cores exist before the port accepts (see `cores`).
         let cores = self
             .cores
