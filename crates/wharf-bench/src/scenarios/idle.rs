@@ -14,7 +14,7 @@
 //! of the two warm phases' medians: on a shared machine a target's warm calls can be several
 //! times slower for a while (where the scheduler left its threads, or another process's
 //! load), and a slow phase taken as "warm" would hide an idle penalty; a round whose two
-//! phases differ by more than [`PHASE_SPREAD_NOTE`] times gets a note. A server may close a
+//! phases differ by more than 2 times (`PHASE_SPREAD_NOTE`) gets a note. A server may close a
 //! keep-alive connection that idled past its own idle timeout; that is reported as a note, not
 //! as an error, and the keep-alive figure is then missing. Each gap is waited twice, so a
 //! round lasts about twice the sum of the gaps; with `keep_alive` off only step 2 runs (for
@@ -27,6 +27,7 @@ use crate::client::{fresh_call, keep_alive_call, Endpoint};
 use crate::progress::ticks;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
+use crate::stats::LatencyHistogram;
 use crate::BenchError;
 
 /// Settings of `idle`.
@@ -95,7 +96,7 @@ impl IdleConfig {
 
 /// Above this ratio between a round's two warm phases (the slower median over the faster) the
 /// round gets a note: its target ran at two speeds while warm.
-pub(crate) const PHASE_SPREAD_NOTE: f64 = 2.0;
+const PHASE_SPREAD_NOTE: f64 = 2.0;
 
 /// One kind of warm call's medians in the phase before the gaps and the one after them.
 #[derive(Debug, Clone, Copy)]
@@ -142,29 +143,35 @@ async fn warm_phase(
     warm: &mut ClassRound,
     warm_new: &mut ClassRound,
 ) -> (Option<f64>, Option<f64>) {
-    let mut kept = ClassRound::new("");
+    let mut kept = LatencyHistogram::new();
     let mut conn = None;
     for _ in 0..config.warm_calls {
         *next_call += 1;
         let req = endpoint.request(*next_call);
         let begin = Instant::now();
         let result = keep_alive_call(&mut conn, endpoint, req, ctx.timeout).await;
-        kept.record(begin.elapsed(), &result);
-        warm.record(begin.elapsed(), &result);
+        let took = begin.elapsed();
+        if result.is_ok() {
+            kept.record(took);
+        }
+        warm.record(took, &result);
         ctx.progress.inc(1);
     }
     drop(conn);
-    let mut fresh = ClassRound::new("");
+    let mut fresh = LatencyHistogram::new();
     for _ in 0..config.warm_new_connections {
         *next_call += 1;
         let req = endpoint.request(*next_call);
         let begin = Instant::now();
         let result = fresh_call(endpoint, req, ctx.timeout).await;
-        fresh.record(begin.elapsed(), &result);
-        warm_new.record(begin.elapsed(), &result);
+        let took = begin.elapsed();
+        if result.is_ok() {
+            fresh.record(took);
+        }
+        warm_new.record(took, &result);
         ctx.progress.inc(1);
     }
-    (kept.latencies.p50_ms(), fresh.latencies.p50_ms())
+    (kept.p50_ms(), fresh.p50_ms())
 }
 
 /// `value / base`, when both are known and `base` is not zero.
