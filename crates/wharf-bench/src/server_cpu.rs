@@ -1,4 +1,4 @@
-//! The CPU time of the processes that serve a target ([`on_cpu`]), so that `throughput` can
+//! The CPU time of the processes that serve a target (`on_cpu`), so that `throughput` can
 //! say what each call cost the server, not only how many calls it answered.
 //!
 //! On one machine the client, the gateway and its upstream share the cores: a gateway that

@@ -161,7 +161,7 @@ pub struct KeptObjectMetrics {
 
 impl KeptObjectMetrics {
     /// Samples `kind`'s series ([`ReuseMetrics::sample`]); a kind not given to
-    /// [`Metrics::kept_objects`] is ignored.
+    /// [`crate::Metrics::kept_objects`] is ignored.
     pub fn sample(&self, kind: &str, reused_total: u64, allocated_total: u64, spare: u64) {
         if let Some((_, series)) = self.series.iter().find(|(known, _)| *known == kind) {
             series.sample(reused_total, allocated_total, spare);

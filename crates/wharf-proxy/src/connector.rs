@@ -3,7 +3,7 @@
 //! [`GuardedConnector::connect`] does its own name resolution and hands
 //! [`DestinationPolicy::check_addr`] every resolved address before connecting to any, so the
 //! address checked is the address connected to (no DNS rebinding between check and connect).
-//! TLS and HTTP are the origin client's ([`crate::origin`]); no proxy environment variable
+//! TLS and HTTP are the origin client's (`crate::origin`); no proxy environment variable
 //! is read anywhere.
 //!
 //! Failures are [`ConnectError`]s, which the proxy answers with 403 (refused), 504 (timeout)

@@ -12,7 +12,7 @@ use wharf_http1::request::FieldEdits;
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): they concern one connection and are never
 /// forwarded. Names, as a relay of response lines takes them
-/// ([`wharf_http1::relay::Relayed::AllBut`]); [`HOP_BY_HOP`] for a map.
+/// ([`wharf_http1::relay::Relayed::AllBut`]); `HOP_BY_HOP` for a map.
 pub const HOP_BY_HOP_NAMES: [&str; 8] = [
     "connection",
     "keep-alive",

@@ -8,7 +8,7 @@
 //! The client starts K calls on a few threads, so the last of them starts a while after the
 //! signal, and how long depends on the CPU the target leaves it (they share the machine):
 //! `last_start_ms` says how long. While it starts the later calls the earlier ones' responses
-//! wait in their sockets, so a call's latency is timed by the kernel ([`StampedCall`]):
+//! wait in their sockets, so a call's latency is timed by the kernel (`StampedCall`):
 //! from the call's start (its request leaves within the connect) to the arrival of its
 //! response's last byte, as the socket stamped it. `p99_read_ms` is the p99 counted to when
 //! the client read the response instead (which includes the wait), and `p99_from_signal_ms`

@@ -17,12 +17,12 @@
 //! serves it with hyper. Response bodies go out with vectored writes: the head and the first
 //! chunks of a small response leave in one system call.
 //!
-//! - [`serve`]: the connection loop;
+//! - `serve`: the connection loop;
 //! - `read.rs`: request heads, their deadlines, and the `http::Request` a service gets;
 //! - `spare.rs`: read buffers kept per worker thread between requests, with their counts;
 //! - `body.rs`: request bodies fed to the service on demand ([`IncomingBody`]);
 //! - `write.rs`: response framing and writing;
-//! - `transport.rs`: the sockets, and [`Prefixed`] for a handed-over connection;
+//! - `transport.rs`: the sockets, and `Prefixed` for a handed-over connection;
 //! - `date.rs`: the cached `date` header.
 
 mod body;
