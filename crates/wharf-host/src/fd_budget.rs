@@ -31,7 +31,7 @@ use crate::h1::pipes::SPLICE_PIPE_FDS;
 /// margin for files opened while serving (TLS keys on reload); and the cache's sealed body
 /// files, at most `wharf_cache::MAX_SEALED_FILES` (the host does not depend on the cache; a
 /// test of wharf-proxy, which uses both, holds the two equal). A proxy service may come with a
-/// reload, so its files are kept for even when none is configured.
+/// reload, so room for its files is kept even when none is configured.
 const ALWAYS_RESERVED_FDS: u64 = 128 + SEALED_BODY_FDS;
 
 /// Descriptors kept out of the session budget: [`ALWAYS_RESERVED_FDS`], and with

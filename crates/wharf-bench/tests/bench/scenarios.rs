@@ -257,11 +257,14 @@ async fn idle_times_the_call_after_each_gap() {
     ))
     .await;
     let t = &report.targets[0];
-    assert_eq!(class(t, "warm keep-alive").ok, 5);
-    assert_eq!(class(t, "warm new connection").ok, 2);
+    // The warm calls twice: before the first gap and after the last.
+    assert_eq!(class(t, "warm keep-alive").ok, 2 * 5);
+    assert_eq!(class(t, "warm new connection").ok, 2 * 2);
     assert_eq!(class(t, "after gap, keep-alive").ok, 2);
     assert_eq!(class(t, "after gap, new connection").ok, 2);
     for name in [
+        "warm_keepalive_ms",
+        "warm_new_conn_ms",
         "keepalive_after_100ms_ms",
         "keepalive_after_100ms_ratio",
         "new_conn_after_200ms_ms",
@@ -295,6 +298,6 @@ async fn idle_without_keep_alive_times_only_new_connections() {
         "no keep-alive figures: {:?}",
         t.metrics.iter().map(|m| &m.name).collect::<Vec<_>>()
     );
-    // The warm calls and the one call after the gap: no keep-alive probe.
-    assert_eq!(tb.hits("/fast"), 3 + 2 + 1);
+    // Both warm phases and the one call after the gap: no keep-alive probe.
+    assert_eq!(tb.hits("/fast"), 2 * (3 + 2) + 1);
 }
