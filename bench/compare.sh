@@ -921,6 +921,7 @@ fc = load("first-call")
 # idle-GAP-TARGET.json, one side-by-side run per gap: IDLE[gap][target], the gap named as
 # wharf bench names it in its metrics (120s is "2m"); IDLE_ROUNDS[gap] its round count.
 IDLE, IDLE_ROUNDS, IDLE_KEEPALIVE, IDLE_NOTES = {}, {}, {}, {}
+IDLE_WARM = {}   # the warm calls of each phase, as the runs' settings give them
 
 
 def gap_seconds(g):
@@ -935,6 +936,7 @@ for path in sorted(glob.glob(os.path.join(D, "json", "idle-*.json"))):
     g = st["gaps"]
     IDLE_ROUNDS[g] = rep["rounds"]
     IDLE_KEEPALIVE[g] = st.get("keep_alive", "true") == "true"
+    IDLE_WARM[(st["warm_calls"], st["warm_new_connections"])] = True
     for t in rep["targets"]:
         IDLE.setdefault(g, {})[t["name"]] = t
     # The targets' own notes (a warm phase slower than the other, a closed keep-alive
@@ -1027,7 +1029,8 @@ if IDLE:
       f"first, started {M['idle_stagger']} s apart so that no two timed calls coincide. Per gap and round: a call on a keep-alive connection that idled for the gap (gaps under a minute "
       "only: past the gateways' keep-alive timeouts of 60-65 s the connection is always closed), and a call on a new "
       "connection after the gap, each with its ratio to that round's warm median of its kind (keep-alive, new "
-      "connection). The warm calls (20 on one keep-alive connection, 5 on new connections) are made before the "
+      "connection). The warm calls (" + "; ".join(f"{k} on one keep-alive connection, {c} on new connections"
+                                          for k, c in IDLE_WARM) + ") are made before the "
       "first gap and again after the last; the warm median is the faster phase's, so that a phase in which a target "
       "ran slow for a while (its threads' placement, other load) does not pass for warm; `wharf bench` notes a round "
       f"whose phases differ by more than 2× (below). Median over rounds ({rounds}). `/bytes/1024` everywhere; "

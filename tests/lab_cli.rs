@@ -58,14 +58,18 @@ impl Drop for TestbedProcess {
     }
 }
 
+/// The entry named `name` in the `list` ("classes", "metrics") of a `--json` report's one target.
+fn named<'r>(report: &'r serde_json::Value, list: &str, name: &str) -> &'r serde_json::Value {
+    let entries = report["targets"][0][list].as_array().unwrap();
+    entries
+        .iter()
+        .find(|entry| entry["name"] == name)
+        .unwrap_or_else(|| panic!("no {list} entry {name:?} in {entries:?}"))
+}
+
 /// The `ok` and error counts of `class` over all rounds in a `--json` report's one target.
 fn counts(report: &serde_json::Value, class: &str) -> (u64, u64) {
-    let classes = report["targets"][0]["classes"].as_array().unwrap();
-    let found = classes
-        .iter()
-        .find(|c| c["name"] == class)
-        .unwrap_or_else(|| panic!("no class {class:?} in {classes:?}"));
-    let total = &found["total"];
+    let total = &named(report, "classes", class)["total"];
     (
         total["ok"].as_u64().unwrap(),
         total["errors"]["total"].as_u64().unwrap(),
@@ -74,12 +78,7 @@ fn counts(report: &serde_json::Value, class: &str) -> (u64, u64) {
 
 /// The per-round values of `metric` in a `--json` report's one target.
 fn per_round(report: &serde_json::Value, metric: &str) -> Vec<f64> {
-    let metrics = report["targets"][0]["metrics"].as_array().unwrap();
-    let found = metrics
-        .iter()
-        .find(|m| m["name"] == metric)
-        .unwrap_or_else(|| panic!("no metric {metric:?} in {metrics:?}"));
-    found["per_round"]
+    named(report, "metrics", metric)["per_round"]
         .as_array()
         .unwrap()
         .iter()

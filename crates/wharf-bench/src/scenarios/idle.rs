@@ -27,7 +27,6 @@ use crate::client::{fresh_call, keep_alive_call, Endpoint};
 use crate::progress::ticks;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
-use crate::stats::LatencyHistogram;
 use crate::BenchError;
 
 /// Settings of `idle`.
@@ -133,45 +132,36 @@ impl WarmPhases {
 }
 
 /// One warm phase: `warm_calls` calls on one keep-alive connection, then
-/// `warm_new_connections` calls on a connection each, recorded in `warm` and `warm_new`;
-/// returns this phase's medians (keep-alive, new connection).
+/// `warm_new_connections` calls on a connection each; the two classes (keep-alive, new
+/// connection), each phase's own so that its median can be read before the round adds it to
+/// its classes.
 async fn warm_phase(
     config: &IdleConfig,
     endpoint: &Endpoint,
     next_call: &mut u64,
     ctx: &Ctx,
-    warm: &mut ClassRound,
-    warm_new: &mut ClassRound,
-) -> (Option<f64>, Option<f64>) {
-    let mut kept = LatencyHistogram::new();
+) -> (ClassRound, ClassRound) {
+    let mut kept = ClassRound::new("warm keep-alive");
     let mut conn = None;
     for _ in 0..config.warm_calls {
         *next_call += 1;
         let req = endpoint.request(*next_call);
         let begin = Instant::now();
         let result = keep_alive_call(&mut conn, endpoint, req, ctx.timeout).await;
-        let took = begin.elapsed();
-        if result.is_ok() {
-            kept.record(took);
-        }
-        warm.record(took, &result);
+        kept.record(begin.elapsed(), &result);
         ctx.progress.inc(1);
     }
     drop(conn);
-    let mut fresh = LatencyHistogram::new();
+    let mut fresh = ClassRound::new("warm new connection");
     for _ in 0..config.warm_new_connections {
         *next_call += 1;
         let req = endpoint.request(*next_call);
         let begin = Instant::now();
         let result = fresh_call(endpoint, req, ctx.timeout).await;
-        let took = begin.elapsed();
-        if result.is_ok() {
-            fresh.record(took);
-        }
-        warm_new.record(took, &result);
+        fresh.record(begin.elapsed(), &result);
         ctx.progress.inc(1);
     }
-    (kept.p50_ms(), fresh.p50_ms())
+    (kept, fresh)
 }
 
 /// `value / base`, when both are known and `base` is not zero.
@@ -193,10 +183,9 @@ pub(crate) async fn round(
     let mut n = 0u64;
     let mut round = Round::default();
 
-    let mut warm = ClassRound::new("warm keep-alive");
-    let mut warm_new = ClassRound::new("warm new connection");
-    let (warm_before, warm_new_before) =
-        warm_phase(config, endpoint, &mut n, ctx, &mut warm, &mut warm_new).await;
+    // The round's warm classes start as the first phase's, the second is added to them.
+    let (mut warm, mut warm_new) = warm_phase(config, endpoint, &mut n, ctx).await;
+    let (warm_before, warm_new_before) = (warm.latencies.p50_ms(), warm_new.latencies.p50_ms());
 
     let mut after_keep_alive = ClassRound::new("after gap, keep-alive");
     let mut after_new = ClassRound::new("after gap, new connection");
@@ -243,16 +232,17 @@ pub(crate) async fn round(
         timed.push((name, keep_alive_ms, new_ms));
     }
 
-    let (warm_after, warm_new_after) =
-        warm_phase(config, endpoint, &mut n, ctx, &mut warm, &mut warm_new).await;
+    let (warm_after, warm_new_after) = warm_phase(config, endpoint, &mut n, ctx).await;
     let kept_phases = WarmPhases {
         before: warm_before,
-        after: warm_after,
+        after: warm_after.latencies.p50_ms(),
     };
     let new_phases = WarmPhases {
         before: warm_new_before,
-        after: warm_new_after,
+        after: warm_new_after.latencies.p50_ms(),
     };
+    warm.absorb(&warm_after);
+    warm_new.absorb(&warm_new_after);
     round.notes.extend(kept_phases.spread_note("keep-alive"));
     round.notes.extend(new_phases.spread_note("new-connection"));
     let (warm_p50, warm_new_p50) = (kept_phases.baseline(), new_phases.baseline());

@@ -210,6 +210,12 @@ impl ClassRound {
         }
     }
 
+    /// Adds every call of `other` (latencies and errors) to this class.
+    pub(crate) fn absorb(&mut self, other: &ClassRound) {
+        self.latencies.merge(&other.latencies);
+        self.errors.add(&other.errors);
+    }
+
     /// A class made of `outcomes`.
     pub(crate) fn from_outcomes(name: &str, outcomes: &[Outcome]) -> ClassRound {
         let mut class = ClassRound::new(name);
