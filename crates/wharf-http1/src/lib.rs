@@ -43,8 +43,57 @@ pub fn write_decimal(value: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&digits[at..]);
 }
 
+/// Takes `written` bytes off the front of `parts`, the queue of a vectored write, and
+/// returns how many parts went out whole: they are the first ones, now empty, for the caller
+/// to drop. A part written in part keeps its rest; the parts after it are untouched.
+pub fn advance_parts(parts: &mut [bytes::Bytes], written: usize) -> usize {
+    let mut left = written;
+    let mut whole = 0;
+    for part in parts.iter_mut() {
+        let take = left.min(part.len());
+        bytes::Buf::advance(part, take);
+        left -= take;
+        if !part.is_empty() {
+            break;
+        }
+        whole += 1;
+    }
+    whole
+}
+
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
+    #[test]
+    fn a_written_count_empties_whole_parts_and_trims_the_next() {
+        let queue = || {
+            vec![
+                Bytes::from_static(b"abc"),
+                Bytes::from_static(b"de"),
+                Bytes::from_static(b"fgh"),
+            ]
+        };
+        let cases: [(usize, usize, &[&[u8]]); 6] = [
+            (0, 0, &[b"abc", b"de", b"fgh"]),
+            (2, 0, &[b"c", b"de", b"fgh"]),
+            (3, 1, &[b"", b"de", b"fgh"]),
+            (4, 1, &[b"", b"e", b"fgh"]),
+            (5, 2, &[b"", b"", b"fgh"]),
+            (8, 3, &[b"", b"", b""]),
+        ];
+        for (written, whole, rest) in cases {
+            let mut parts = queue();
+            assert_eq!(
+                super::advance_parts(&mut parts, written),
+                whole,
+                "{written} bytes written"
+            );
+            let left: Vec<&[u8]> = parts.iter().map(|p| p.as_ref()).collect();
+            assert_eq!(left, rest, "{written} bytes written");
+        }
+    }
+
     #[test]
     fn decimals() {
         for value in [0, 7, 10, 1024, 99_999, u64::MAX] {

@@ -400,21 +400,11 @@ fn write_parts(
     parts: &mut Vec<Bytes>,
 ) -> Poll<io::Result<()>> {
     let slices: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
-    let mut written = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))?;
+    let written = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices))?;
     if written == 0 {
         return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
     }
-    let mut done = 0;
-    for part in parts.iter_mut() {
-        let take = written.min(part.len());
-        part.advance(take);
-        written -= take;
-        if part.is_empty() {
-            done += 1;
-        } else {
-            break;
-        }
-    }
+    let done = wharf_http1::advance_parts(parts, written);
     parts.drain(..done);
     Poll::Ready(Ok(()))
 }

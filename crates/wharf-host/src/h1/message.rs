@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use http_body::Body;
 use tokio::io::AsyncWrite;
 use tokio::time::Sleep;
@@ -430,17 +430,7 @@ impl MessageWriter {
         let from_head = left.min(self.head.len() - self.head_sent);
         self.head_sent += from_head;
         left -= from_head;
-        let mut done = 0;
-        for part in &mut self.parts[..self.queued] {
-            let take = left.min(part.len());
-            part.advance(take);
-            left -= take;
-            if part.is_empty() {
-                done += 1;
-            } else {
-                break;
-            }
-        }
+        let done = wharf_http1::advance_parts(&mut self.parts[..self.queued], left);
         if done > 0 {
             self.parts[..self.queued].rotate_left(done);
             self.queued -= done;
