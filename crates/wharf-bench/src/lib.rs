@@ -62,7 +62,7 @@ pub use stats::{ErrorCounts, Latency};
 use crate::client::{stamping_on, Endpoint, StampingOn};
 use crate::progress::Progress;
 use crate::report::TargetRounds;
-use crate::rusage::{CpuClock, LoadMeter};
+use crate::rusage::{CoreTicks, CpuClock, LoadMeter};
 use crate::scenarios::{Ctx, Prepared};
 
 /// Default bound on one call, connect to last body byte.
@@ -250,7 +250,7 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let whole = CpuClock::now();
+    let (whole, whole_cores) = (CpuClock::now(), CoreTicks::now());
     let mut collected: Vec<TargetRounds> = prepared
         .iter()
         .zip(&bench.targets)
@@ -285,7 +285,7 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
         }
     }
     ctx.progress.finish();
-    let mut client = whole.load();
+    let mut client = whole.load().with_cores(whole_cores);
     client.peak_busy = collected
         .iter()
         .flat_map(|t| t.rounds.iter().map(|(_, load)| load.peak_busy))
@@ -354,7 +354,7 @@ fn client_notes(client: &ClientLoad, targets: &[TargetRounds]) -> Vec<String> {
         "client (this process) CPU: {}; client and targets share this machine's {} cores, \
          so compare targets by their ratios within one interleaved run, not by absolute figures",
         client.describe(),
-        client.cores
+        client.machine_cores.max(client.cores)
     )];
     for target in targets {
         let busiest = target.rounds.iter().map(|(_, load)| *load).reduce(|a, b| {
@@ -364,6 +364,22 @@ fn client_notes(client: &ClientLoad, targets: &[TargetRounds]) -> Vec<String> {
                 a
             }
         });
+        let whole = target
+            .rounds
+            .iter()
+            .map(|(_, load)| *load)
+            .reduce(|a, b| a.plus(&b));
+        if let Some(load) = whole.filter(|load| load.pinned_cores_full()) {
+            notes.push(format!(
+                "WARNING: the client's {} of {} cores were full while measuring {} ({}): \
+                 what shares them with the client (an upstream pinned beside it, other load) \
+                 took the rest, so the figures may measure those cores, not the target",
+                load.cores,
+                load.machine_cores,
+                target.name,
+                load.describe()
+            ));
+        }
         if let Some(load) = busiest {
             if load.saturated() {
                 notes.push(format!(

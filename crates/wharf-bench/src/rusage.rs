@@ -7,17 +7,28 @@
 //! [`SATURATED`]. When a server runs in the same process (the tests' testbed) its CPU time is
 //! counted too. A `LoadMeter` also samples the busiest [`WINDOW`] of a measurement, since a
 //! burst can saturate the client for a moment in a round that is idle on average.
+//!
+//! The client's share alone can look modest on a core that is full: pinned to one core beside
+//! an upstream, the client may use half of it while the other half serves the upstream, and
+//! then the figures measure that core, not the target. So the load also says how busy the
+//! client's cores were with everything on them (`/proc/stat`, every process and interrupt),
+//! and the reports warn above [`CORES_FULL`] when the client was pinned to some of the
+//! machine's cores.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use rustix::thread::{sched_getaffinity, CpuSet};
 use rustix::time::{clock_gettime, ClockId};
 use serde::Serialize;
 
 /// Share of all cores above which the client is said to be near saturation.
 pub const SATURATED: f64 = 0.8;
+
+/// Share of the client's cores' time, busy with anything, above which they are said to be full.
+pub const CORES_FULL: f64 = 0.95;
 
 /// The window over which the busiest moment of a measurement is found (`peak_busy`).
 pub const WINDOW: Duration = Duration::from_millis(250);
@@ -45,11 +56,80 @@ impl CpuClock {
     }
 }
 
+/// A point in the time of the CPUs this process may run on, busy (with anything) and in all,
+/// in clock ticks of `/proc/stat`; `None` where that cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CoreTicks {
+    busy: u64,
+    total: u64,
+    /// The machine's CPUs (all `cpuN` lines), for whether the client was pinned to some.
+    machine_cores: usize,
+}
+
+impl CoreTicks {
+    /// Now, for the CPUs in this process's affinity mask.
+    pub(crate) fn now() -> Option<CoreTicks> {
+        let allowed = sched_getaffinity(None).ok()?;
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        CoreTicks::parse(&stat, |cpu| cpu < CpuSet::MAX_CPU && allowed.is_set(cpu))
+    }
+
+    /// The sum over the `cpuN` lines of `stat` whose N is `allowed`. Busy is user, nice,
+    /// system, irq, softirq and steal (a stolen tick was not the client's to use); idle and
+    /// iowait are not. Guest time is already inside user.
+    fn parse(stat: &str, allowed: impl Fn(usize) -> bool) -> Option<CoreTicks> {
+        let mut sum = CoreTicks {
+            busy: 0,
+            total: 0,
+            machine_cores: 0,
+        };
+        let mut counted = 0;
+        for line in stat.lines() {
+            let Some((name, fields)) = line.split_once(' ') else {
+                continue;
+            };
+            // The machine-wide "cpu" line has no number and is skipped.
+            let Some(cpu) = name
+                .strip_prefix("cpu")
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            sum.machine_cores += 1;
+            if !allowed(cpu) {
+                continue;
+            }
+            let ticks: Vec<u64> = fields
+                .split_whitespace()
+                .take(8)
+                .map(|f| f.parse().ok())
+                .collect::<Option<_>>()?;
+            let [user, nice, system, idle, iowait, irq, softirq, steal] = ticks[..] else {
+                return None;
+            };
+            let busy = user + nice + system + irq + softirq + steal;
+            sum.busy += busy;
+            sum.total += busy + idle + iowait;
+            counted += 1;
+        }
+        (counted > 0).then_some(sum)
+    }
+
+    /// The share of the time since `self` that the CPUs were busy, or `None` when no tick
+    /// passed (or the counters went backwards).
+    fn busy_since(&self, now: &CoreTicks) -> Option<f64> {
+        let total = now.total.checked_sub(self.total).filter(|&t| t > 0)?;
+        let busy = now.busy.checked_sub(self.busy)?;
+        Some(busy as f64 / total as f64)
+    }
+}
+
 /// Measures the client's load over a measurement, and its busiest [`WINDOW`], with a task
 /// that reads the CPU clock once a window.
 #[derive(Debug)]
 pub(crate) struct LoadMeter {
     start: CpuClock,
+    cores: Option<CoreTicks>,
     /// The highest `busy` of a window so far, as `f64` bits.
     peak: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
@@ -75,6 +155,7 @@ impl LoadMeter {
         });
         LoadMeter {
             start: CpuClock::now(),
+            cores: CoreTicks::now(),
             peak,
             task,
         }
@@ -84,7 +165,7 @@ impl LoadMeter {
     /// whole measurement's when it was shorter than a window).
     pub(crate) fn finish(self) -> ClientLoad {
         self.task.abort();
-        let mut load = self.start.load();
+        let mut load = self.start.load().with_cores(self.cores);
         load.peak_busy = f64::from_bits(self.peak.load(Ordering::Relaxed)).max(load.busy);
         load
     }
@@ -117,6 +198,12 @@ pub struct ClientLoad {
     pub busy: f64,
     /// `busy` of the busiest [`WINDOW`] (at least `busy`).
     pub peak_busy: f64,
+    /// How busy the client's cores were with everything on them (the client, other
+    /// processes, interrupts), as a share of their time; `None` where `/proc/stat` could
+    /// not be read.
+    pub cores_busy: Option<f64>,
+    /// The machine's cores (0 where unknown): more than `cores` when the client was pinned.
+    pub machine_cores: usize,
 }
 
 impl ClientLoad {
@@ -134,17 +221,43 @@ impl ClientLoad {
             cores,
             busy,
             peak_busy: busy,
+            cores_busy: None,
+            machine_cores: 0,
         }
     }
 
-    /// Two measurements together (the busiest window of either).
+    /// This load with how busy the client's cores were since `since` (taken when the
+    /// measurement began).
+    pub(crate) fn with_cores(mut self, since: Option<CoreTicks>) -> ClientLoad {
+        if let (Some(start), Some(now)) = (since, CoreTicks::now()) {
+            self.cores_busy = start.busy_since(&now);
+            self.machine_cores = now.machine_cores;
+        }
+        self
+    }
+
+    /// Two measurements together (the busiest window of either; the cores' business
+    /// weighted by each one's wall time).
     pub(crate) fn plus(&self, other: &ClientLoad) -> ClientLoad {
         let mut sum = ClientLoad::new(
             self.cpu_seconds + other.cpu_seconds,
             self.wall_seconds + other.wall_seconds,
         );
         sum.peak_busy = self.peak_busy.max(other.peak_busy).max(sum.busy);
+        sum.cores_busy = match (self.cores_busy, other.cores_busy) {
+            (Some(a), Some(b)) if sum.wall_seconds > 0.0 => {
+                Some((a * self.wall_seconds + b * other.wall_seconds) / sum.wall_seconds)
+            }
+            (a, b) => a.or(b),
+        };
+        sum.machine_cores = self.machine_cores.max(other.machine_cores);
         sum
+    }
+
+    /// Whether the client ran on some of the machine's cores only (`taskset`), and those
+    /// were full ([`CORES_FULL`]) with the client and whatever shared them.
+    pub fn pinned_cores_full(&self) -> bool {
+        self.cores < self.machine_cores && self.cores_busy.is_some_and(|b| b >= CORES_FULL)
     }
 
     /// Whether the client came near saturating the machine on average ([`SATURATED`]).
@@ -152,15 +265,23 @@ impl ClientLoad {
         self.busy >= SATURATED
     }
 
-    /// E.g. `"12% of 2 cores on average, 85% at the busiest 250ms"`.
+    /// E.g. `"12% of 2 cores on average, 85% at the busiest 250ms; the cores 97% busy
+    /// with everything on them"`.
     pub fn describe(&self) -> String {
-        format!(
+        let mut text = format!(
             "{:.0}% of {} cores on average, {:.0}% at the busiest {}ms",
             self.busy * 100.0,
             self.cores,
             self.peak_busy * 100.0,
             WINDOW.as_millis()
-        )
+        );
+        if let Some(cores_busy) = self.cores_busy {
+            text.push_str(&format!(
+                "; the cores {:.0}% busy with everything on them",
+                cores_busy * 100.0
+            ));
+        }
+        text
     }
 }
 
@@ -210,6 +331,74 @@ mod tests {
         let load = meter.finish();
         assert!(load.peak_busy >= load.busy, "{load:?}");
         assert!(load.wall_seconds >= 0.03, "{load:?}");
+    }
+
+    const STAT: &str = "cpu  300 0 100 1000 0 0 0 0 0 0
+cpu0 200 0 50 400 10 5 5 0 0 0
+cpu1 100 0 50 600 0 0 0 30 0 0
+intr 12345
+";
+
+    #[test]
+    fn core_ticks_sum_the_allowed_cpus_only() {
+        let both = CoreTicks::parse(STAT, |_| true);
+        assert_eq!(
+            both,
+            Some(CoreTicks {
+                busy: 260 + 180,
+                total: 670 + 780,
+                machine_cores: 2
+            })
+        );
+        let first = CoreTicks::parse(STAT, |cpu| cpu == 0);
+        assert_eq!(
+            first,
+            Some(CoreTicks {
+                busy: 260,
+                total: 670,
+                machine_cores: 2
+            })
+        );
+        assert_eq!(CoreTicks::parse(STAT, |cpu| cpu == 7), None);
+        assert_eq!(CoreTicks::parse("cpu0 1 2 x\n", |_| true), None);
+    }
+
+    #[test]
+    fn cores_busy_is_the_busy_share_of_the_ticks_between_two_readings() {
+        let before = CoreTicks::parse(STAT, |cpu| cpu == 0);
+        let later = "cpu0 280 0 60 410 10 5 5 0 0 0\ncpu1 100 0 50 700 0 0 0 30 0 0\n";
+        let after = CoreTicks::parse(later, |cpu| cpu == 0);
+        let (Some(before), Some(after)) = (before, after) else {
+            panic!("unparsed: {before:?} {after:?}");
+        };
+        // 90 busy ticks of 100 on CPU 0; CPU 1 is not the client's.
+        assert_eq!(before.busy_since(&after), Some(0.9));
+        assert_eq!(after.busy_since(&after), None, "no tick passed");
+    }
+
+    #[test]
+    fn a_pinned_client_on_full_cores_is_told_apart_from_a_shared_one() {
+        let mut load = ClientLoad::new(0.5, 1.0);
+        load.cores = 1;
+        load.machine_cores = 2;
+        load.cores_busy = Some(0.99);
+        assert!(load.pinned_cores_full());
+        assert!(
+            load.describe().contains("99% busy with everything"),
+            "{}",
+            load.describe()
+        );
+        let mut other = load;
+        other.wall_seconds = 3.0;
+        other.cores_busy = Some(0.5);
+        let both = load.plus(&other);
+        assert_eq!(both.cores_busy, Some((0.99 + 1.5) / 4.0));
+        assert!(!both.pinned_cores_full());
+        load.machine_cores = 1;
+        assert!(
+            !load.pinned_cores_full(),
+            "not pinned: the client had every core"
+        );
     }
 
     #[test]

@@ -91,6 +91,18 @@ pub(crate) fn rows(report: &Report) -> Vec<Row> {
             })
             .collect(),
     ));
+    rows.push((
+        "client cores busy".to_owned(),
+        report
+            .targets
+            .iter()
+            .map(|t| {
+                t.client
+                    .cores_busy
+                    .map_or_else(|| "-".to_owned(), |b| format!("{:.0}%", b * 100.0))
+            })
+            .collect(),
+    ));
     rows
 }
 

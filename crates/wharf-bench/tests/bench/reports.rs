@@ -62,6 +62,12 @@ async fn json_output_parses_and_has_the_fields() {
     assert_eq!(metric["per_round"].as_array().unwrap().len(), 2);
     assert!(targets[1]["timelines"].as_array().unwrap().len() == 2);
     assert!(targets[1]["client"]["wall_seconds"].as_f64().unwrap() > 0.0);
+    // The client's cores, busy with anything, at least as busy as the client alone kept them.
+    for client in [&doc["client"], &targets[1]["client"]] {
+        let cores = client["cores_busy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&cores), "{client}");
+        assert!(client["machine_cores"].as_u64().unwrap() >= client["cores"].as_u64().unwrap());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,6 +79,7 @@ async fn table_shows_every_target_with_ratios() {
     assert!(p50.contains('×'), "{p50}");
     assert!(text.contains("slow_responses"));
     assert!(text.contains("client cpu"));
+    assert!(text.contains("client cores busy"));
     assert!(text.contains("notes:"));
 }
 
