@@ -955,10 +955,9 @@ for path in sorted(glob.glob(os.path.join(D, "json", "idle-*.json"))):
     IDLE_WARM[(st["warm_calls"], st["warm_new_connections"])] = True
     for t in rep["targets"]:
         IDLE.setdefault(g, {})[t["name"]] = t
-    # The targets' own notes (a warm phase slower than the other, a closed keep-alive
-    # connection); not the client's CPU line every run ends with (0 % for single calls).
-    IDLE_NOTES.setdefault(g, []).extend(
-        n for n in rep.get("notes", []) if not n.startswith("client (this process)"))
+        # The target's own notes (a warm phase slower than the other, a closed keep-alive
+        # connection), not the run's (the client's CPU line every run ends with).
+        IDLE_NOTES.setdefault(g, []).extend(t.get("notes", []))
 if fc:
     T = targets(fc)
     rows = []

@@ -65,6 +65,9 @@ pub struct TargetReport {
     pub client: ClientLoad,
     /// Completions over time in the first round, for the plots.
     pub timelines: Vec<Timeline>,
+    /// What its rounds noted (each text once, with its rounds), as in the run's `notes`;
+    /// kept here too so that a reader can tell a target's notes from the run's own.
+    pub notes: Vec<String>,
 }
 
 /// One latency class of one target (e.g. `fast`).
@@ -187,8 +190,8 @@ pub(crate) fn build(
     mut notes: Vec<String>,
 ) -> Report {
     for target in targets {
-        let (built, target_notes) = build_target(target);
-        notes.extend(target_notes);
+        let built = build_target(target);
+        notes.extend(built.notes.iter().cloned());
         report.targets.push(built);
     }
     add_ratios(&mut report.targets);
@@ -196,7 +199,7 @@ pub(crate) fn build(
     report
 }
 
-fn build_target(target: TargetRounds) -> (TargetReport, Vec<String>) {
+fn build_target(target: TargetRounds) -> TargetReport {
     // Class and metric names in first-seen order; a missing one in a round is skipped.
     let mut class_names: Vec<String> = Vec::new();
     let mut metric_names: Vec<String> = Vec::new();
@@ -308,7 +311,7 @@ fn build_target(target: TargetRounds) -> (TargetReport, Vec<String>) {
         .first()
         .map(|(r, _)| r.timelines.clone())
         .unwrap_or_default();
-    let built = TargetReport {
+    TargetReport {
         name: target.name,
         urls: target.urls,
         command: target.command,
@@ -316,8 +319,8 @@ fn build_target(target: TargetRounds) -> (TargetReport, Vec<String>) {
         metrics,
         client,
         timelines,
-    };
-    (built, notes)
+        notes,
+    }
 }
 
 /// `value / base` when both exist and `base` is not zero.
@@ -390,5 +393,51 @@ mod tests {
         assert_eq!(times(Some(2.0)), "×2.00");
         assert_eq!(times(Some(153.08)), "×153");
         assert_eq!(times(None), "");
+    }
+
+    #[test]
+    fn a_targets_notes_are_its_rounds_own_and_the_run_lists_them_after_its_own() {
+        let noted = |notes: &[&str]| Round {
+            notes: notes.iter().map(|n| (*n).to_owned()).collect(),
+            ..Round::default()
+        };
+        let target = |name: &str, rounds: Vec<Round>| TargetRounds {
+            name: name.to_owned(),
+            urls: vec![format!("http://{name}/")],
+            command: None,
+            rounds: rounds
+                .into_iter()
+                .map(|r| (r, ClientLoad::default()))
+                .collect(),
+        };
+        let report = build(
+            Report {
+                scenario: "idle".to_owned(),
+                settings: Vec::new(),
+                rounds: 2,
+                started_unix_ms: 0,
+                client: ClientLoad::default(),
+                targets: Vec::new(),
+                notes: Vec::new(),
+            },
+            vec![
+                target("a", vec![noted(&["slow"]), noted(&["slow", "closed"])]),
+                target("b", vec![noted(&[]), noted(&[])]),
+            ],
+            vec!["client (this process) CPU: 1%".to_owned()],
+        );
+        assert_eq!(
+            report.targets[0].notes,
+            ["a (round 1, 2): slow", "a (round 2): closed"]
+        );
+        assert!(report.targets[1].notes.is_empty());
+        assert_eq!(
+            report.notes,
+            [
+                "client (this process) CPU: 1%",
+                "a (round 1, 2): slow",
+                "a (round 2): closed"
+            ]
+        );
     }
 }
