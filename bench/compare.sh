@@ -1045,7 +1045,7 @@ if IDLE:
       "only: past the gateways' keep-alive timeouts of 60-65 s the connection is always closed), and a call on a new "
       "connection after the gap, each with its ratio to that round's warm median of its kind (keep-alive, new "
       "connection). The warm calls (" + "; ".join(f"{k} on one keep-alive connection, {c} on new connections"
-                                          for k, c in IDLE_WARM) + ") are made once untimed (a warm-up), then timed before the "
+                                          for k, c in IDLE_WARM) + ") are made before the "
       "first gap and again after the last; the warm median is the faster phase's, so that a phase in which a target "
       "ran slow for a while (its threads' placement, other load) does not pass for warm; `wharf bench` notes a round "
       f"whose phases differ by more than 2× (below). Median over rounds ({rounds}). `/bytes/1024` everywhere; "

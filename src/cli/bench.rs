@@ -126,9 +126,8 @@ pub(crate) enum ScenarioArgs {
     /// Each gap is waited twice per round, once per kind of call (once with
     /// --new-connection-only), so a round lasts about twice the sum of the gaps. Reports each
     /// call's time and its ratio to the warm median (about 1 is right). The warm calls are
-    /// made once untimed (a warm-up), then timed before the first gap and again after the
-    /// last; the ratio divides by the faster phase's median, and a round whose two phases
-    /// differ by more than 2x gets a note.
+    /// made before the first gap and again after the last; the ratio divides by the faster
+    /// phase's median, and a round whose two phases differ by more than 2x gets a note.
     Idle {
         /// The URL to call.
         #[arg(long)]

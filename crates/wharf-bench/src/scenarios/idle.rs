@@ -1,8 +1,7 @@
 //! `idle` (seed 001): is the first call after an idle gap slower than a warm one?
 //!
-//! A round first warms the target up with one untimed warm phase (below), then takes the warm
-//! baselines: `warm_calls` calls on one keep-alive connection and `warm_new_connections`
-//! calls on a connection each. Then, for every gap:
+//! A round first takes the warm baselines: `warm_calls` calls on one keep-alive connection
+//! and `warm_new_connections` calls on a connection each. Then, for every gap:
 //!
 //! 1. a fresh keep-alive connection makes one (untimed) call, the target idles for the gap,
 //!    and the next call on that same connection is timed (`keepalive_after_GAP_ms`);
@@ -15,9 +14,7 @@
 //! of the two warm phases' medians: on a shared machine a target's warm calls can be several
 //! times slower for a while (where the scheduler left its threads, or another process's
 //! load), and a slow phase taken as "warm" would hide an idle penalty; a round whose two
-//! phases differ by more than 2 times (`PHASE_SPREAD_NOTE`) gets a note. The untimed phase
-//! before them takes the first calls a freshly started target serves, which were the slower
-//! phase in most such notes (issue 4's runs, stop 43). A server may close a
+//! phases differ by more than 2 times (`PHASE_SPREAD_NOTE`) gets a note. A server may close a
 //! keep-alive connection that idled past its own idle timeout; that is reported as a note, not
 //! as an error, and the keep-alive figure is then missing. Each gap is waited twice, so a
 //! round lasts about twice the sum of the gaps; with `keep_alive` off only step 2 runs (for
@@ -82,8 +79,8 @@ impl IdleConfig {
     pub(crate) fn units(&self) -> u64 {
         let waits = if self.keep_alive { 2 } else { 1 };
         let gaps: u64 = self.gaps.iter().map(|&g| waits * ticks(g)).sum();
-        // A warm phase untimed, then the timed ones before the first gap and after the last.
-        gaps + 3 * (u64::from(self.warm_calls) + u64::from(self.warm_new_connections))
+        // The warm baselines are taken twice: before the first gap and after the last.
+        gaps + 2 * (u64::from(self.warm_calls) + u64::from(self.warm_new_connections))
     }
 
     pub(crate) fn check(&self) -> Result<(), BenchError> {
@@ -186,8 +183,6 @@ pub(crate) async fn round(
     let mut n = 0u64;
     let mut round = Round::default();
 
-    // Warming up: the same calls, not timed (their failures show in the timed phases).
-    drop(warm_phase(config, endpoint, &mut n, ctx).await);
     // The round's warm classes start as the first phase's, the second is added to them.
     let (mut warm, mut warm_new) = warm_phase(config, endpoint, &mut n, ctx).await;
     let (warm_before, warm_new_before) = (warm.latencies.p50_ms(), warm_new.latencies.p50_ms());
