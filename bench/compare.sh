@@ -768,6 +768,11 @@ def tp_rows(T, prefix, names):
     return rows, best
 
 
+# The share of its cores' time, busy with anything, above which `wharf bench` warns that a
+# pinned client's cores were full (`CORES_FULL` in crates/wharf-bench/src/rusage.rs).
+CORES_FULL = 0.95
+
+
 def client_cell(client):
     """The client's own CPU share, and how busy its cores were with everything on them."""
     own = f"{client['busy'] * 100:.0f} %"
@@ -801,7 +806,7 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
             # beside the verdict, which stays the bar's literal one.
             full = [t["client"].get("cores_busy") for t in (wt, bt)]
             core_note = (f"; the client's core {full[0] * 100:.0f} % / {full[1] * 100:.0f} % busy"
-                         if mode == "pinned" and None not in full and max(full) >= 0.95 else "")
+                         if mode == "pinned" and None not in full and max(full) >= CORES_FULL else "")
             if kind == "cache":
                 bar(f"Cache hit {size}, {mode}", f"{f(wr)} req/s, p99 {f(w99)} ms",
                     f"{best} {f(br)} req/s, p99 {f(b99)} ms{core_note}", "≥ 1.0 × req/s, p99 ≤",

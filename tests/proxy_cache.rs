@@ -220,8 +220,9 @@ async fn four_calls_under_ulimit(
 #[tokio::test]
 async fn idle_origin_connections_use_only_descriptors_no_session_may_need() {
     // The open-files ledger (wharf_limits::descriptors): with `ulimit -n` at the reserve
-    // (256 without `server.splice_bodies`) + 2, the one session admitted may need both descriptors, so an origin
-    // connection whose response has ended is closed, not kept, and every call connects.
+    // (256 without `server.splice_bodies`) + 2, the one session admitted may need both
+    // descriptors, so an origin connection whose response has ended is closed, not kept,
+    // and every call connects.
     // With 12 more, a returned connection is kept beside the few sessions open (a call's
     // own, and the previous call's until its close is read) and the calls reuse it: one
     // connection per core's pool at most.

@@ -364,12 +364,7 @@ fn client_notes(client: &ClientLoad, targets: &[TargetRounds]) -> Vec<String> {
                 a
             }
         });
-        let whole = target
-            .rounds
-            .iter()
-            .map(|(_, load)| *load)
-            .reduce(|a, b| a.plus(&b));
-        if let Some(load) = whole.filter(|load| load.pinned_cores_full()) {
+        if let Some(load) = target.client_load().filter(ClientLoad::pinned_cores_full) {
             notes.push(format!(
                 "WARNING: the client's {} of {} cores were full while measuring {} ({}): \
                  what shares them with the client (an upstream pinned beside it, other load) \

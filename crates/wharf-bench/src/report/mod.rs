@@ -183,6 +183,16 @@ pub(crate) struct TargetRounds {
     pub(crate) rounds: Vec<(Round, ClientLoad)>,
 }
 
+impl TargetRounds {
+    /// The client's load over all of this target's rounds (`None` before any round).
+    pub(crate) fn client_load(&self) -> Option<ClientLoad> {
+        self.rounds
+            .iter()
+            .map(|(_, load)| *load)
+            .reduce(|a, b| a.plus(&b))
+    }
+}
+
 /// Combines every target's rounds into a report (medians, merged histograms, ratios, notes).
 pub(crate) fn build(
     mut report: Report,
@@ -276,12 +286,7 @@ fn build_target(target: TargetRounds) -> TargetReport {
             })
         })
         .collect();
-    let client = target
-        .rounds
-        .iter()
-        .map(|(_, load)| *load)
-        .reduce(|a, b| a.plus(&b))
-        .unwrap_or_default();
+    let client = target.client_load().unwrap_or_default();
     // The same note in several rounds is given once, with its rounds.
     let mut by_text: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     let mut order: Vec<&str> = Vec::new();

@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{fresh_call, keep_alive_call, Endpoint};
+use crate::client::{fresh_call, keep_alive_call, Endpoint, Req};
 use crate::progress::ticks;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
@@ -144,8 +144,7 @@ async fn warm_phase(
     let mut kept = ClassRound::new("warm keep-alive");
     let mut conn = None;
     for _ in 0..config.warm_calls {
-        *next_call += 1;
-        let req = endpoint.request(*next_call);
+        let req = next_request(endpoint, next_call);
         let begin = Instant::now();
         let result = keep_alive_call(&mut conn, endpoint, req, ctx.timeout).await;
         kept.record(begin.elapsed(), &result);
@@ -154,14 +153,19 @@ async fn warm_phase(
     drop(conn);
     let mut fresh = ClassRound::new("warm new connection");
     for _ in 0..config.warm_new_connections {
-        *next_call += 1;
-        let req = endpoint.request(*next_call);
+        let req = next_request(endpoint, next_call);
         let begin = Instant::now();
         let result = fresh_call(endpoint, req, ctx.timeout).await;
         fresh.record(begin.elapsed(), &result);
         ctx.progress.inc(1);
     }
     (kept, fresh)
+}
+
+/// The round's next request: calls are numbered from 1 in the order they are made.
+fn next_request(endpoint: &Endpoint, count: &mut u64) -> Req {
+    *count += 1;
+    endpoint.request(*count)
 }
 
 /// `value / base`, when both are known and `base` is not zero.
@@ -196,8 +200,8 @@ pub(crate) async fn round(
         // 1. The same keep-alive connection, before and after the gap.
         let keep_alive_ms = if config.keep_alive {
             let mut conn = None;
-            n += 1;
-            let warmed = keep_alive_call(&mut conn, endpoint, endpoint.request(n), timeout).await;
+            let req = next_request(endpoint, &mut n);
+            let warmed = keep_alive_call(&mut conn, endpoint, req, timeout).await;
             ctx.progress.sleep(gap).await;
             match (&warmed, &conn) {
                 (Ok(()), Some(c)) if c.is_closed() => {
@@ -208,8 +212,7 @@ pub(crate) async fn round(
                     None
                 }
                 _ => {
-                    n += 1;
-                    let req = endpoint.request(n);
+                    let req = next_request(endpoint, &mut n);
                     let begin = Instant::now();
                     let result = keep_alive_call(&mut conn, endpoint, req, timeout).await;
                     let took = begin.elapsed();
@@ -222,8 +225,7 @@ pub(crate) async fn round(
         };
         // 2. A new connection after the gap.
         ctx.progress.sleep(gap).await;
-        n += 1;
-        let req = endpoint.request(n);
+        let req = next_request(endpoint, &mut n);
         let begin = Instant::now();
         let result = fresh_call(endpoint, req, timeout).await;
         let took = begin.elapsed();

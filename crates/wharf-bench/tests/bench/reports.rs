@@ -62,7 +62,8 @@ async fn json_output_parses_and_has_the_fields() {
     assert_eq!(metric["per_round"].as_array().unwrap().len(), 2);
     assert!(targets[1]["timelines"].as_array().unwrap().len() == 2);
     assert!(targets[1]["client"]["wall_seconds"].as_f64().unwrap() > 0.0);
-    // The client's cores, busy with anything, at least as busy as the client alone kept them.
+    // How busy the client's cores were is a share of their time, on a machine with at least
+    // the client's cores.
     for client in [&doc["client"], &targets[1]["client"]] {
         let cores = client["cores_busy"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&cores), "{client}");
