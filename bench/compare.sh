@@ -31,8 +31,8 @@
 #
 # Pinned throughput: each gateway on CPU 1 with one worker (nginx worker_processes 1,
 # haproxy nbthread 1, wharf TOKIO_WORKER_THREADS=1: wharf has no flag or key for its
-# worker count, tokio reads that variable), the load generator and the upstream testbed
-# on CPU 0 (`taskset -c 0`). Shared: no pinning, 2 workers each.
+# worker count, tokio reads that variable) beside the upstream testbed (one worker), the
+# load generator on CPU 0 (`taskset -c 0`). Shared: no pinning, 2 workers each.
 #
 # Every process started is stopped by PID on exit (also on Ctrl-C). Only loopback is used.
 # Needs: bash, python3, curl, taskset (util-linux), valgrind (the router's instruction counts),
@@ -633,11 +633,12 @@ w("""## How to read this
 - **Shared**: no pinning, 2 workers each (wharf's tokio default = cores, nginx
   `worker_processes 2`, HAProxy `nbthread 2`), the client with 2 threads. **Pinned**: each
   gateway alone on CPU 1 with one worker (wharf `TOKIO_WORKER_THREADS=1` + `taskset -c 1`,
-  nginx `worker_processes 1`, HAProxy `nbthread 1`), the client and the upstream testbed on
-  CPU 0; the pinned floor is a second testbed on CPU 1 with one worker. Pinned measures work
-  per core; when the client's core is full ("its cores busy" near 100 %: the client's own
-  share, "client CPU", plus the testbed's beside it) the figure measures that core, not the
-  gateway.
+  nginx `worker_processes 1`, HAProxy `nbthread 1`) beside the upstream testbed (one
+  worker), the client alone on CPU 0; the pinned floor is a second testbed on CPU 1 with one
+  worker. Pinned measures the work of a call through the gateway on one core: the gateway's
+  and the upstream's, whose kernel work for the upstream leg is then on that core whatever
+  the gateway's timing (stop 45). "Its cores busy" says how close the client's core came to
+  full; near 100 % that core, not the gateway, set the rate.
 - **Idle and first-call figures are single calls** (one per gap and round) of well under a
   millisecond when warm: their ratios are dominated by thread wake-ups and scheduler noise.
   The tables give the median over rounds (each section says how many; the 120 s idle gap
@@ -802,8 +803,8 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
             wr, br = mval(wt, "requests_per_s"), mval(bt, "requests_per_s")
             w99, b99 = cls(wt, "requests")["latency_ms"]["p99"], cls(bt, "requests")["latency_ms"]["p99"]
             werr = cls(wt, "requests")["total"]["errors"]["total"]
-            # A full client core (client + testbed on CPU 0) caps every gateway alike: said
-            # beside the verdict, which stays the bar's literal one.
+            # A full client core caps every gateway alike: said beside the verdict, which
+            # stays the bar's literal one.
             full = [t["client"].get("cores_busy") for t in (wt, bt)]
             core_note = (f"; the client's core {full[0] * 100:.0f} % / {full[1] * 100:.0f} % busy"
                          if mode == "pinned" and None not in full and max(full) >= CORES_FULL else "")
@@ -824,8 +825,8 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
       "figures measured in the same interleaved round (the verdicts divide the medians, as the bar says; the "
       "machine's slow phases can span whole rounds, which pairing cancels). **Client CPU**: the "
       "client's own share of the cores it may use; **its cores busy**: how busy those cores were with "
-      "everything on them (`/proc/stat`), in pinned tables the client and the upstream testbed on "
-      "CPU 0: near 100 % that core, not the gateway, set the rate.\n\n" + "\n".join(parts))
+      "everything on them (`/proc/stat`), in pinned tables the client alone on CPU 0 (the gateway "
+      "and the upstream testbed on CPU 1): near 100 % that core, not the gateway, set the rate.\n\n" + "\n".join(parts))
 
 CG = load("instructions")
 
@@ -885,7 +886,7 @@ def router_section(name, mode):
           f"two near-equal rates needs more rounds than the throughput tables): {rep['rounds']} round(s) of "
           f"{settings['duration']} after a {settings['warmup']} warm-up, 64 keep-alive connections, "
           + ("wharf with 2 workers.\n\n" if mode == "shared" else
-             "wharf with one worker on CPU 1, the client and the testbed on CPU 0 (as the pinned "
+             "wharf with one worker and the testbed on CPU 1, the client on CPU 0 (as the pinned "
              "throughput tables): the rewrite's cost per call on one core, with less of the "
              "scheduler's noise than the shared run.\n\n")
           + table(["route", "requests/s (median)", "per round", "p50 ms", "p99 ms", "wharf CPU µs per call", "errors"],
@@ -1248,7 +1249,7 @@ w("## Configs\n\nAs rendered for the shared run (`$TMP` is the run's temp dir, `
 w("## Commands\n\nEvery measurement, as run (ports are free ports picked for this run). Gateways were started as "
   "`wharf serve --config F`, `nginx -e ERR -c F -g 'daemon off;'`, `haproxy -db -f F`, testbeds as "
   "`wharf testbed --listen 127.0.0.1:PORT`; pinned ones under `env TOKIO_WORKER_THREADS=1 taskset -c 1` "
-  "(the upstream testbed `taskset -c 0`).\n\n" + fence(os.path.join(D, "meta", "commands.txt"), "sh"))
+  "(the upstream testbed too).\n\n" + fence(os.path.join(D, "meta", "commands.txt"), "sh"))
 
 text = "\n".join(md)
 fails = [b[0] for b in BAR if b[4] == "**FAIL**"]
@@ -1622,7 +1623,13 @@ python3 "$H" callgrind "$D/cg" "$CG_CALLS" "$D/json/instructions.json"
 # ================================================================ throughput, pinned
 phase "throughput-pinned"
 port PTB; port PFL; port PWP; port PWA; port PNP; port PHC; port PHP
-start_testbed tb-pinned "$PTB" 0          # the upstream, on the client's CPU
+# The upstream beside the gateway, not the client: with it on CPU 0 the client's core was
+# full (97-99 % in stop 44's runs) and set every gateway's rate, and the kernel's receive
+# work for the upstream leg fell on CPU 0 or CPU 1 by the gateway's timing (stop 45's lab:
+# the testbed's CPU per 100 KiB call 28-30 µs behind wharf splicing, 23-27 behind the
+# others, the gateways' own 34-38 against 40-51). Beside it, a call's whole cost but the
+# client's is on the gateway's core, the client's at 35-47 %.
+start_testbed tb-pinned "$PTB" 1
 start_testbed floor-pinned "$PFL" 1       # the floor: the testbed itself on CPU 1, one worker
 start_wharf wharf-pinned "$PWP" "$PWA" "$PTB" 1
 start_nginx nginx-pinned "$PNP" "$PTB" 1 1
