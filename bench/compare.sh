@@ -70,7 +70,7 @@ if [ "$QUICK" = 1 ]; then
     CG_CALLS=500
     COLD_RUNS=3
     FIRST_ROUNDS=2
-    IDLE_GAPS=20s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=1
+    IDLE_GAPS=20s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=1; IDLE_METRONOME=1
     BIG=0                  # 10000-slow run with RSS per call
     MEM=0                  # streaming memory check
 else
@@ -112,7 +112,7 @@ else
     FIRST_ROUNDS=9
     # Each after-gap figure is one call per round: gaps under a minute get several rounds
     # (a median, not a single wake-up), the 120 s gap one (it waits two minutes a round).
-    IDLE_GAPS=20s,120s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=3
+    IDLE_GAPS=20s,120s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=3; IDLE_METRONOME=1
     BIG=1
     MEM=1
 fi
@@ -248,7 +248,7 @@ trap 'log "interrupted"; exit 130' INT TERM
 # ---------------------------------------------------------------- helper (python)
 H=$D/helper.py
 cat > "$H" <<'PYTHON'
-import glob, json, os, random, socket, subprocess, sys, threading, time, urllib.parse
+import glob, http.client, json, os, random, socket, subprocess, sys, threading, time, urllib.parse
 
 def ports(n):
     """n free loopback ports below the ephemeral range (so no client socket takes one)."""
@@ -444,6 +444,22 @@ def seconds(text):
             return int(float(text[: -len(unit)]) * scale)
     sys.exit(f"helper: {text!r} is not a duration (e.g. 20s, 2m)")
 
+def metronome(url, period):
+    """One call to url on a kept connection every period seconds, until killed: the idle
+    phase's background (see there). A failed call opens a new connection."""
+    parts = urllib.parse.urlsplit(url)
+    target = parts.path + ("?" + parts.query if parts.query else "")
+    conn = None
+    while True:
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+            conn.request("GET", target)
+            conn.getresponse().read()
+        except (OSError, http.client.HTTPException):
+            conn = None
+        time.sleep(float(period))
+
 def callgrind(directory, calls, out):
     """The instruction counts of the labelled dumps (KIND-ROUND) of each gateway's callgrind
     output (GATEWAY.out.N) in directory, to out (JSON): {gateway: {kind: [count per round]}}."""
@@ -490,6 +506,8 @@ def main():
         print(seconds(args[0]))
     elif cmd == "callgrind":
         callgrind(*args)
+    elif cmd == "metronome":
+        metronome(*args)
     else:
         sys.exit(f"helper: unknown command {cmd}")
 
@@ -1047,7 +1065,10 @@ if IDLE:
     S(f"### First call after idle gaps ({M['idle_gaps']})\n\n`wharf bench idle --gaps GAP --rounds N` on **dedicated "
       "instances**: each target has its own gateway instance and its own testbed, so nothing else touches them during "
       f"a gap (each gap has instances of its own); the runs of every gap go side by side, the longest gap's "
-      f"first, started {M['idle_stagger']} s apart so that no two timed calls coincide. Per gap and round: a call on a keep-alive connection that idled for the gap (gaps under a minute "
+      f"first, started {M['idle_stagger']} s apart so that no two timed calls coincide, with one call every "
+      f"{M['idle_metronome']} s beside them to a testbed no target uses (a metronome: without it a target's call "
+      "after its gap paid for how long the whole machine had been silent before it, which its place in the start "
+      "order decided; stop 45's findings). Per gap and round: a call on a keep-alive connection that idled for the gap (gaps under a minute "
       "only: past the gateways' keep-alive timeouts of 60-65 s the connection is always closed), and a call on a new "
       "connection after the gap, each with its ratio to that round's warm median of its kind (keep-alive, new "
       "connection). The warm calls (" + "; ".join(f"{k} on one keep-alive connection, {c} on new connections"
@@ -1275,9 +1296,10 @@ HAPROXY_MAXCONN=$(((NOFILE - 200 - 2 * HAPROXY_MAXPIPES) / 2))
 WHARF_MAX_CONNECTIONS=$NOFILE
 [ "$NOFILE" -ge 4096 ] || die "open-files limit $NOFILE: too low for the burst (raise ulimit -Hn)"
 
-read -r -a PORTS <<<"$(python3 "$H" ports 80)"
+read -r -a PORTS <<<"$(python3 "$H" ports 96)"
 PORT_I=0
 port() {                # port VAR: the next free port into VAR
+    [ "$PORT_I" -lt "${#PORTS[@]}" ] || die "out of free ports (${#PORTS[@]} picked at start)"
     printf -v "$1" '%s' "${PORTS[$PORT_I]}"
     PORT_I=$((PORT_I + 1))
 }
@@ -1743,6 +1765,17 @@ phase "idle"
 # Each gap has instances of its own and all gaps run at once (the 120 s gap's two minutes
 # overlap the 20 s gap's rounds instead of following them); the runs are started
 # IDLE_STAGGER s apart, so that no two timed calls coincide.
+#
+# A metronome beside them: one call every IDLE_METRONOME s to a testbed of its own, which no
+# target uses. Without it a target's call after its gap paid for how long the whole machine
+# had been silent before it, so for its place in the start order: on the boot of stop 45, a
+# gap's pages (kernel and processes alike) came back at several µs each after 20 s of
+# silence (a 16 MiB buffer: 20-29 ms to touch again after 20 s, 0.04 ms warm), and of five
+# identical testbeds started 1 s apart the first took 4.6-5.0 ms after its 20 s gaps, the
+# other four 1.0-2.7 (the first started's gap ends after the longest silence, the others'
+# a second after the previous target's call). With a call a second somewhere on the
+# machine, the first's took 0.95-1.79 ms, the others' 0.32-2.10: the order no longer decides.
+# The targets themselves still idle for the whole gap.
 IDLE_NAMES=(floor cache/wharf pass/wharf cache/nginx pass/nginx cache/haproxy pass/haproxy)
 declare -A IDLE_URL=() IDLE_TB=()
 for gap in ${IDLE_GAPS//,/ }; do
@@ -1777,6 +1810,11 @@ for gap in ${IDLE_GAPS//,/ }; do
         esac
     done
 done
+port IMT
+start_testbed idle-metronome "$IMT" -
+start idle-metronome-calls - python3 "$H" metronome "http://127.0.0.1:$IMT/bytes/1024" "$IDLE_METRONOME"
+echo "# idle: the metronome, beside every idle run" >>"$COMMANDS"
+record python3 helper.py metronome "http://127.0.0.1:$IMT/bytes/1024" "$IDLE_METRONOME"
 sleep 1
 # A gap under a minute gets IDLE_SHORT_ROUNDS rounds; a longer one a single round timing
 # only a new connection (every gateway here closes an idle keep-alive connection after
@@ -1805,6 +1843,7 @@ done
 for pid in "${IDLE_BENCH_PIDS[@]}"; do
     wait "$pid" || die "an idle run failed (see $D/logs/bench-idle-*.log)"
 done
+stop idle-metronome-calls idle-metronome
 for gap in ${IDLE_GAPS//,/ }; do
     for name in "${IDLE_NAMES[@]}"; do
         # what each target's own origin saw (a cache target: one fill of /bytes/1024)
@@ -1861,6 +1900,7 @@ phase "report"
     echo "first_rounds=$FIRST_ROUNDS"
     echo "idle_gaps=$IDLE_GAPS"
     echo "idle_stagger=$IDLE_STAGGER"
+    echo "idle_metronome=$IDLE_METRONOME"
     echo "idle_short_rounds=$IDLE_SHORT_ROUNDS"
     echo "started=$(date -u -d "@$RUN_STARTED" +%Y-%m-%dT%H:%M:%SZ)"
     echo "seconds=$(($(date +%s) - RUN_STARTED))"
