@@ -61,6 +61,8 @@ while [ $# -gt 0 ]; do
 done
 
 # ---------------------------------------------------------------- settings per mode
+# The same in both modes: the idle runs' start stagger and the metronome's period, seconds.
+IDLE_STAGGER=1; IDLE_METRONOME=1
 if [ "$QUICK" = 1 ]; then
     MODE=quick
     RESP_ROUNDS=1          # responsiveness, 1000 slow + 100 fast
@@ -70,7 +72,7 @@ if [ "$QUICK" = 1 ]; then
     CG_CALLS=500
     COLD_RUNS=3
     FIRST_ROUNDS=2
-    IDLE_GAPS=20s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=1; IDLE_METRONOME=1
+    IDLE_GAPS=20s; IDLE_SHORT_ROUNDS=1
     BIG=0                  # 10000-slow run with RSS per call
     MEM=0                  # streaming memory check
 else
@@ -112,7 +114,7 @@ else
     FIRST_ROUNDS=9
     # Each after-gap figure is one call per round: gaps under a minute get several rounds
     # (a median, not a single wake-up), the 120 s gap one (it waits two minutes a round).
-    IDLE_GAPS=20s,120s; IDLE_STAGGER=1; IDLE_SHORT_ROUNDS=3; IDLE_METRONOME=1
+    IDLE_GAPS=20s,120s; IDLE_SHORT_ROUNDS=3
     BIG=1
     MEM=1
 fi
@@ -447,6 +449,7 @@ def seconds(text):
 def metronome(url, period):
     """One call to url on a kept connection every period seconds, until killed: the idle
     phase's background (see there). A failed call opens a new connection."""
+    period = float(period)
     parts = urllib.parse.urlsplit(url)
     target = parts.path + ("?" + parts.query if parts.query else "")
     conn = None
@@ -458,7 +461,7 @@ def metronome(url, period):
             conn.getresponse().read()
         except (OSError, http.client.HTTPException):
             conn = None
-        time.sleep(float(period))
+        time.sleep(period)
 
 def callgrind(directory, calls, out):
     """The instruction counts of the labelled dumps (KIND-ROUND) of each gateway's callgrind
@@ -1650,7 +1653,7 @@ port PTB; port PFL; port PWP; port PWA; port PNP; port PHC; port PHP
 # work for the upstream leg fell on CPU 0 or CPU 1 by the gateway's timing (stop 45's lab:
 # the testbed's CPU per 100 KiB call 28-30 µs behind wharf splicing, 23-27 behind the
 # others, the gateways' own 34-38 against 40-51). Beside it, a call's whole cost but the
-# client's is on the gateway's core, the client's at 35-47 %.
+# client's is on the gateway's core, the client's at 33-46 %.
 start_testbed tb-pinned "$PTB" 1
 start_testbed floor-pinned "$PFL" 1       # the floor: the testbed itself on CPU 1, one worker
 start_wharf wharf-pinned "$PWP" "$PWA" "$PTB" 1
@@ -1770,11 +1773,12 @@ phase "idle"
 # target uses. Without it a target's call after its gap paid for how long the whole machine
 # had been silent before it, so for its place in the start order: on the boot of stop 45, a
 # gap's pages (kernel and processes alike) came back at several µs each after 20 s of
-# silence (a 16 MiB buffer: 20-29 ms to touch again after 20 s, 0.04 ms warm), and of five
-# identical testbeds started 1 s apart the first took 4.6-5.0 ms after its 20 s gaps, the
-# other four 1.0-2.7 (the first started's gap ends after the longest silence, the others'
-# a second after the previous target's call). With a call a second somewhere on the
-# machine, the first's took 0.95-1.79 ms, the others' 0.32-2.10: the order no longer decides.
+# silence (a 16 MiB buffer: 7-29 ms to touch again after 20 s, 0.04 ms warm), and of five
+# identical testbeds started 1 s apart the first took 4.6-5.0 ms on its kept connection
+# after its 20 s gaps, the other four 1.0-2.7 (the first started's gap ends after the
+# longest silence, the others' a second after the previous target's call). With a call a
+# second somewhere on the machine, the first's took 0.95-1.44 ms, the others' 0.32-1.84:
+# the order no longer decides.
 # The targets themselves still idle for the whole gap.
 IDLE_NAMES=(floor cache/wharf pass/wharf cache/nginx pass/nginx cache/haproxy pass/haproxy)
 declare -A IDLE_URL=() IDLE_TB=()
@@ -1812,9 +1816,10 @@ for gap in ${IDLE_GAPS//,/ }; do
 done
 port IMT
 start_testbed idle-metronome "$IMT" -
-start idle-metronome-calls - python3 "$H" metronome "http://127.0.0.1:$IMT/bytes/1024" "$IDLE_METRONOME"
+METRONOME=(python3 "$H" metronome "http://127.0.0.1:$IMT/bytes/1024" "$IDLE_METRONOME")
 echo "# idle: the metronome, beside every idle run" >>"$COMMANDS"
-record python3 helper.py metronome "http://127.0.0.1:$IMT/bytes/1024" "$IDLE_METRONOME"
+record "${METRONOME[@]}"
+start idle-metronome-calls - "${METRONOME[@]}"
 sleep 1
 # A gap under a minute gets IDLE_SHORT_ROUNDS rounds; a longer one a single round timing
 # only a new connection (every gateway here closes an idle keep-alive connection after
