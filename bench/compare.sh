@@ -661,7 +661,8 @@ w("""## How to read this
   the gateway's timing (stop 45). "Its cores busy" says how close the client's core came to
   full; near 100 % that core, not the gateway, set the rate.
 - **Idle and first-call figures are single calls** (one per gap and round) of well under a
-  millisecond when warm: their ratios are dominated by thread wake-ups and scheduler noise.
+  millisecond when warm: their ratios are dominated by thread wake-ups, scheduler noise
+  and, after a gap, by how slowly the memory a call touches comes back (stop 45's findings).
   The tables give the median over rounds (each section says how many; the 120 s idle gap
   has one); read them with the absolute times next to them.
 - **PASS/FAIL** is applied literally to the bar of issue 4, on medians over rounds; no
@@ -1031,6 +1032,21 @@ def idle_notes():
     return ("\nNotes from these runs (`wharf bench`'s own):\n\n" + "\n".join(lines) + "\n") if lines else ""
 
 
+def metronome_check():
+    """The metronome's calls as its testbed counted them, against the idle runs' length: a
+    metronome that stopped would leave the figures measured without it."""
+    try:
+        calls = json.loads(M.get("idle_metronome_hits", "")).get("/bytes/1024", 0)
+        seconds, period = float(M["idle_seconds"]), float(M["idle_metronome"])
+    except (ValueError, KeyError, AttributeError):
+        return "**The metronome's calls were not counted** (its testbed did not answer `/hits`)."
+    expected = seconds / period
+    text = f"The metronome's testbed answered {calls} calls in the idle runs' {seconds:.0f} s (about {expected:.0f} expected)"
+    if calls < 0.9 * expected:
+        return text + ": **fewer: the metronome stopped or stalled for part of the idle runs, whose figures were then measured partly without it**."
+    return text + "."
+
+
 if IDLE:
     # in IDLE_GAPS order (file names sort 120s before 20s)
     gaps = sorted(IDLE, key=gap_seconds)
@@ -1063,6 +1079,7 @@ if IDLE:
     rounds = ", ".join(f"{g}: {IDLE_ROUNDS[g]} round(s)" for g in gaps)
     hits = ""
     hp = os.path.join(D, "meta", "idle-origin-hits.txt")
+    metronome = metronome_check()
     if os.path.exists(hp):
         hits = "\nWhat each gap's and target's own testbed saw over the whole idle run (a cache target: one fill):\n\n```\n" + open(hp).read() + "```\n"
     S(f"### First call after idle gaps ({M['idle_gaps']})\n\n`wharf bench idle --gaps GAP --rounds N` on **dedicated "
@@ -1079,7 +1096,7 @@ if IDLE:
       "first gap and again after the last; the warm median is the faster phase's, so that a phase in which a target "
       "ran slow for a while (its threads' placement, other load) does not pass for warm; `wharf bench` notes a round "
       f"whose phases differ by more than 2× (below). Median over rounds ({rounds}). `/bytes/1024` everywhere; "
-      "cache targets are hits (TTL 600 s > the gaps).\n\n" + table(head, rows) + hits
+      "cache targets are hits (TTL 600 s > the gaps). " + metronome + "\n\n" + table(head, rows) + hits
       + idle_notes())
     for g in gaps:
         G = IDLE[g]
@@ -1819,6 +1836,7 @@ start_testbed idle-metronome "$IMT" -
 METRONOME=(python3 "$H" metronome "http://127.0.0.1:$IMT/bytes/1024" "$IDLE_METRONOME")
 echo "# idle: the metronome, beside every idle run" >>"$COMMANDS"
 record "${METRONOME[@]}"
+IDLE_STARTED=$(date +%s)
 start idle-metronome-calls - "${METRONOME[@]}"
 sleep 1
 # A gap under a minute gets IDLE_SHORT_ROUNDS rounds; a longer one a single round timing
@@ -1848,6 +1866,12 @@ done
 for pid in "${IDLE_BENCH_PIDS[@]}"; do
     wait "$pid" || die "an idle run failed (see $D/logs/bench-idle-*.log)"
 done
+# What the metronome's testbed answered: a metronome that stopped calling (its helper's
+# failed calls are retried, not reported) would leave the idle figures measured without it,
+# silently. The report sets the count against the idle runs' length.
+IDLE_METRONOME_HITS=$(curl -sf "http://127.0.0.1:$IMT/hits" || echo '?')
+IDLE_SECONDS=$(($(date +%s) - IDLE_STARTED))
+log "idle: the metronome's testbed answered $IDLE_METRONOME_HITS in ${IDLE_SECONDS}s"
 stop idle-metronome-calls idle-metronome
 for gap in ${IDLE_GAPS//,/ }; do
     for name in "${IDLE_NAMES[@]}"; do
@@ -1906,6 +1930,8 @@ phase "report"
     echo "idle_gaps=$IDLE_GAPS"
     echo "idle_stagger=$IDLE_STAGGER"
     echo "idle_metronome=$IDLE_METRONOME"
+    echo "idle_metronome_hits=$IDLE_METRONOME_HITS"
+    echo "idle_seconds=$IDLE_SECONDS"
     echo "idle_short_rounds=$IDLE_SHORT_ROUNDS"
     echo "started=$(date -u -d "@$RUN_STARTED" +%Y-%m-%dT%H:%M:%SZ)"
     echo "seconds=$(($(date +%s) - RUN_STARTED))"
