@@ -51,6 +51,9 @@ pub struct Connection {
     read_size: usize,
     /// Exchanges completed on this connection.
     exchanges: u64,
+    /// Whether a body went by `splice(2)` here yet (its socket's receive buffer is then
+    /// raised once: [`UpstreamStream::raise_receive_buffer`]).
+    spliced: bool,
 }
 
 /// How sending a request body ended.
@@ -69,6 +72,7 @@ impl Connection {
             buf: BytesMut::new(),
             read_size: MIN_READ,
             exchanges: 0,
+            spliced: false,
         }
     }
 
@@ -365,6 +369,10 @@ impl Connection {
     /// again rather than copying the next body's first 64 KiB through user space.
     pub(crate) fn body_spliced(&mut self) {
         self.read_size = MIN_READ;
+        if !self.spliced {
+            self.spliced = true;
+            self.io.raise_receive_buffer();
+        }
     }
 
     /// Reads more bytes into the buffer; `Ok(0)` is EOF. The buffer is grown only once the

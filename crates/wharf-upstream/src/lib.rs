@@ -37,7 +37,7 @@ pub use exchange::Exchange;
 pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
 pub use request::{EncodedRequest, RequestHead};
 pub use shards::PoolShards;
-pub use stream::UpstreamStream;
+pub use stream::{UpstreamStream, SPLICED_RECEIVE_BUFFER};
 pub use tls::tls_connector;
 pub use wharf_http1::relay::{HeadFields, Relayed, RelayedFields};
 pub use wharf_http1::request::FieldEdits;

@@ -591,6 +591,45 @@ async fn a_spliced_body_arrives_whole_and_returns_its_connection() {
 }
 
 #[tokio::test]
+async fn a_spliced_body_raises_its_sockets_receive_buffer_and_a_read_one_does_not() {
+    use rustix::net::sockopt::socket_recv_buffer_size;
+    const LEN: usize = 300_000;
+    let mut wire = format!("HTTP/1.1 200 OK\r\ncontent-length: {LEN}\r\n\r\n").into_bytes();
+    wire.extend_from_slice(&vec![b'x'; LEN]);
+    let wire: &'static [u8] = Vec::leak(wire);
+    let server = Scripted::start(move |stream| serve_each(stream, vec![wire, wire])).await;
+
+    // The same socket seen through a second descriptor, to ask for its buffer afterwards.
+    let spliced = TcpStream::connect(server.addr).await.unwrap();
+    let probe = spliced.as_fd().try_clone_to_owned().unwrap();
+    let before = socket_recv_buffer_size(&probe).unwrap();
+    assert!(
+        before < wharf_upstream::SPLICED_RECEIVE_BUFFER,
+        "a new socket starts below the spliced size ({before}): else this test shows nothing"
+    );
+    let response = get(Connection::new(spliced), None).await.unwrap();
+    let (received, _) = splice_all(response.into_body()).await.unwrap();
+    assert_eq!(received.len(), LEN);
+    let after = socket_recv_buffer_size(&probe).unwrap();
+    assert!(
+        after >= wharf_upstream::SPLICED_RECEIVE_BUFFER.min(before * 2),
+        "spliced: {before} -> {after}"
+    );
+
+    // Read as frames, the kernel keeps sizing the buffer itself: nothing is set.
+    let read = TcpStream::connect(server.addr).await.unwrap();
+    let probe = read.as_fd().try_clone_to_owned().unwrap();
+    let response = get(Connection::new(read), None).await.unwrap();
+    assert_eq!(read_all(response.into_body()).await.unwrap().len(), LEN);
+    let locked = rustix::net::sockopt::socket_recv_buffer_size(&probe).unwrap();
+    assert_ne!(
+        locked,
+        wharf_upstream::SPLICED_RECEIVE_BUFFER,
+        "a body read, not spliced, leaves the buffer to the kernel"
+    );
+}
+
+#[tokio::test]
 async fn a_spliced_body_that_ends_early_is_an_error_and_closes_its_connection() {
     let server = Scripted::start(|mut stream| async move {
         read_head(&mut stream).await;
