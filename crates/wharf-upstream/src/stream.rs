@@ -106,7 +106,8 @@ impl UpstreamStream {
         };
         match socket_recv_buffer_size(stream) {
             Ok(size) if size >= SPLICED_RECEIVE_BUFFER => {}
-            // The kernel doubles the value set (the other half is its bookkeeping).
+            // The kernel doubles the value set (the other half is its bookkeeping), after
+            // capping it at `net.core.rmem_max` (4 MiB here; 208 KiB on many hosts).
             _ => {
                 if let Err(error) = set_socket_recv_buffer_size(stream, SPLICED_RECEIVE_BUFFER / 2)
                 {

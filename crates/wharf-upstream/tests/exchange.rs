@@ -621,9 +621,9 @@ async fn a_spliced_body_raises_its_sockets_receive_buffer_and_a_read_one_does_no
     let probe = read.as_fd().try_clone_to_owned().unwrap();
     let response = get(Connection::new(read), None).await.unwrap();
     assert_eq!(read_all(response.into_body()).await.unwrap().len(), LEN);
-    let locked = rustix::net::sockopt::socket_recv_buffer_size(&probe).unwrap();
+    let kernel_sized = socket_recv_buffer_size(&probe).unwrap();
     assert_ne!(
-        locked,
+        kernel_sized,
         wharf_upstream::SPLICED_RECEIVE_BUFFER,
         "a body read, not spliced, leaves the buffer to the kernel"
     );
