@@ -147,7 +147,8 @@ impl UpstreamStream {
 /// The receive buffer (as `getsockopt(SO_RCVBUF)` reports it) an upstream TCP socket gets
 /// once a body is spliced from it. The kernel grows a socket's buffer as the application
 /// reads (`tcp_moderate_rcvbuf`), but bytes taken by `splice(2)` do not grow it (kernel
-/// 6.18; the exchange tests check it): a spliced connection stayed at the 128 KiB default,
+/// 6.18: without the raise, the exchange test's spliced socket stays at 131072 bytes, and
+/// the test fails): a spliced connection stayed at the 128 KiB default,
 /// too little for a 100 KiB body in 64 KiB loopback segments. Its window closed on a fifth
 /// of the calls, and the same-host upstream paid for the stalls: on stop 46's machine, wharf
 /// with one worker beside the testbed on one core, 100 KiB bodies, medians of four

@@ -115,6 +115,15 @@ async fn read_all(body: ResponseBody) -> Result<Vec<u8>, UpstreamError> {
     Ok(out)
 }
 
+/// A 200 response carrying `body` with its length stated, kept for the whole test run (as
+/// [`serve_each`] takes its responses).
+fn ok_response(body: &[u8]) -> &'static [u8] {
+    let mut wire =
+        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+    wire.extend_from_slice(body);
+    Vec::leak(wire)
+}
+
 /// Serves `responses` in turn on one connection, one per request head.
 async fn serve_each(mut stream: TcpStream, responses: Vec<&'static [u8]>) {
     for response in responses {
@@ -561,9 +570,7 @@ async fn splice_all(mut body: ResponseBody) -> Result<(Vec<u8>, usize), Upstream
 async fn a_spliced_body_arrives_whole_and_returns_its_connection() {
     const LEN: usize = 1_000_000;
     let body: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
-    let mut wire = format!("HTTP/1.1 200 OK\r\ncontent-length: {LEN}\r\n\r\n").into_bytes();
-    wire.extend_from_slice(&body);
-    let wire: &'static [u8] = Vec::leak(wire);
+    let wire = ok_response(&body);
     let server = Scripted::start(move |stream| {
         serve_each(
             stream,
@@ -594,9 +601,7 @@ async fn a_spliced_body_arrives_whole_and_returns_its_connection() {
 async fn a_spliced_body_raises_its_sockets_receive_buffer_and_a_read_one_does_not() {
     use rustix::net::sockopt::socket_recv_buffer_size;
     const LEN: usize = 300_000;
-    let mut wire = format!("HTTP/1.1 200 OK\r\ncontent-length: {LEN}\r\n\r\n").into_bytes();
-    wire.extend_from_slice(&vec![b'x'; LEN]);
-    let wire: &'static [u8] = Vec::leak(wire);
+    let wire = ok_response(&vec![b'x'; LEN]);
     let server = Scripted::start(move |stream| serve_each(stream, vec![wire, wire])).await;
 
     // The same socket seen through a second descriptor, to ask for its buffer afterwards.
