@@ -23,7 +23,7 @@ use tokio::io::AsyncWrite;
 use tokio::time::Sleep;
 use tracing::debug;
 
-use super::pipes::{Pipe, PIPE_BYTES};
+use super::pipes::Pipe;
 use super::transport::SendFile;
 use crate::body::ResponseBody;
 
@@ -294,6 +294,7 @@ impl MessageWriter {
         };
         // A pipe in use always has its ends (they leave it only when it is dropped); were
         // one missing, the message fails rather than the loop going round without progress.
+        let capacity = pipe.capacity();
         let (Some(read_end), Some(write_end)) = (pipe.read_end(), pipe.write_end()) else {
             return Some(Poll::Ready(false));
         };
@@ -321,7 +322,7 @@ impl MessageWriter {
             );
             return None;
         }
-        let max = usize::try_from(room).map_or(PIPE_BYTES, |room| room.min(PIPE_BYTES));
+        let max = usize::try_from(room).map_or(capacity, |room| room.min(capacity));
         match body.poll_splice_to(cx, write_end, max) {
             Poll::Pending => Some(Poll::Pending),
             Poll::Ready(Ok(0)) => {

@@ -1,11 +1,13 @@
 //! Pipes for splicing a response body from one socket to another (`splice(2)`: the kernel
 //! moves the bytes' pages socket → pipe → socket; nothing is copied through user space).
 //!
-//! A pipe is two descriptors, so they are bounded: at most [`MAX_PIPES`] exist in the
-//! process ([`SPLICE_PIPE_FDS`] is kept out of the session budget), and a message that
-//! finds none writes its body as frames instead. A pipe that is empty when its message
-//! ends is kept for the thread's next one (up to [`KEPT_PER_THREAD`]); one that still holds
-//! bytes (the client went away mid-body) is closed with them.
+//! Each pipe is made to hold [`PIPE_BYTES`], four times the kernel's default, so that a
+//! body of up to that size crosses in one step each way. A pipe is two descriptors, so they
+//! are bounded: at most [`MAX_PIPES`] exist in the process ([`SPLICE_PIPE_FDS`] is kept out
+//! of the session budget), and a message that finds none writes its body as frames instead.
+//! A pipe that is empty when its message ends is kept for the thread's next one (up to
+//! [`KEPT_PER_THREAD`]); one that still holds bytes (the client went away mid-body) is
+//! closed with them.
 
 use std::cell::RefCell;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -17,8 +19,19 @@ pub(crate) const MAX_PIPES: usize = 64;
 pub(crate) const SPLICE_PIPE_FDS: u64 = 2 * MAX_PIPES as u64;
 /// Empty pipes a thread keeps for its next spliced body.
 const KEPT_PER_THREAD: usize = 16;
-/// The bytes a pipe holds (the kernel's default: 16 pages).
-pub(crate) const PIPE_BYTES: usize = 64 * 1024;
+/// The bytes a pipe is made to hold (`F_SETPIPE_SZ`; the kernel's default is 16 pages, 64
+/// KiB), so that a body of up to this size goes socket → pipe → socket in one step each way;
+/// through 64 KiB pipes a 100 KiB body took two of each. Pinned to one core beside the
+/// testbed, 100 KiB pass-through, eight interleaved rounds, wharf's CPU per call fell from
+/// 77.8 to 62.0 µs and its rate rose ×1.17 with 256 KiB pipes (128 KiB and 1 MiB did about
+/// as well); shared, 67.2 to 58.5 µs, ×1.07 (bench/RESULTS.md, stop 47). At most
+/// [`MAX_PIPES`] × this much (16 MiB) of kernel memory is ever in flight in pipes, and only
+/// while bodies are. A pipe the kernel does not enlarge (a user over
+/// `/proc/sys/fs/pipe-user-pages-soft`) keeps its size and still works: each step moves
+/// what it can hold.
+pub(crate) const PIPE_BYTES: usize = 256 * 1024;
+/// What a pipe holds when it could not be asked for its size: the kernel's default.
+const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 
 /// Pipes open now; changes only when a pipe is made or closed, not per message.
 static OPEN: AtomicUsize = AtomicUsize::new(0);
@@ -27,10 +40,11 @@ thread_local! {
     static KEPT: RefCell<Kept> = const { RefCell::new(Kept(Vec::new())) };
 }
 
-/// A pipe's read and write ends.
+/// A pipe's read and write ends, and the bytes it holds at most.
 struct Ends {
     read: OwnedFd,
     write: OwnedFd,
+    capacity: usize,
 }
 
 /// A pipe in use by one message, and how many bytes it holds.
@@ -63,6 +77,14 @@ impl Pipe {
     /// The end bytes are spliced out of.
     pub(crate) fn read_end(&self) -> Option<BorrowedFd<'_>> {
         self.ends.as_ref().map(|ends| ends.read.as_fd())
+    }
+
+    /// The bytes this pipe holds at most: [`PIPE_BYTES`], or less when the kernel refused
+    /// to enlarge it.
+    pub(crate) fn capacity(&self) -> usize {
+        self.ends
+            .as_ref()
+            .map_or(DEFAULT_PIPE_BYTES, |ends| ends.capacity)
     }
 }
 
@@ -116,11 +138,38 @@ fn make() -> Option<Ends> {
     match rustix::pipe::pipe_with(
         rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC,
     ) {
-        Ok((read, write)) => Some(Ends { read, write }),
+        Ok((read, write)) => {
+            let capacity = rustix::pipe::fcntl_setpipe_size(&write, PIPE_BYTES)
+                .or_else(|error| {
+                    tracing::debug!(error = %error, "cannot enlarge a pipe; it keeps its size");
+                    rustix::pipe::fcntl_getpipe_size(&write)
+                })
+                .unwrap_or(DEFAULT_PIPE_BYTES);
+            Some(Ends {
+                read,
+                write,
+                capacity,
+            })
+        }
         Err(error) => {
             OPEN.fetch_sub(1, Ordering::Relaxed);
             tracing::debug!(error = %error, "cannot make a pipe; writing the body as frames");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pipe_is_made_to_hold_a_100_kib_body_whole() {
+        let pipe = Pipe::take().expect("fewer than MAX_PIPES pipes are open in the tests");
+        let write_end = pipe.write_end().expect("a pipe in use has its ends");
+        let size = rustix::pipe::fcntl_getpipe_size(write_end).expect("a pipe has a size");
+        assert_eq!(size, PIPE_BYTES, "the kernel's size for a new pipe");
+        assert_eq!(pipe.capacity(), size, "the size the message splices by");
+        assert!(size >= 100 * 1024, "{size} bytes hold a 100 KiB body");
     }
 }
