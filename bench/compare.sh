@@ -667,6 +667,10 @@ w("""## How to read this
   has one); read them with the absolute times next to them.
 - **PASS/FAIL** is applied literally to the bar of issue 4, on medians over rounds; no
   tolerance is added. Errors count every failed call over all rounds.
+- **The A/A control.** wharf's 1 KiB pass-through is measured twice in each throughput
+  run, as two targets (*wharf* and *wharf-again*) of the same interleaved rounds. How far
+  apart they read is how far identical targets part in that run: a ratio of rates inside
+  that spread is noise (stop 47's labs read up to 17 %).
 - Other processes on this machine (other engineers' builds and tests) are not under this
   script's control; the section "Other load" lists the CPU they used during each phase.
 """)
@@ -791,6 +795,21 @@ def tp_rows(T, prefix, names):
     return rows, best
 
 
+def aa_note(T, prefix):
+    """The A/A control under its table: wharf measured twice, as two targets of one run."""
+    again, first = T.get(f"{prefix}/wharf-again"), T.get(f"{prefix}/wharf")
+    if not (again and first):
+        return ""
+    a, w = metric(again, "requests_per_s"), metric(first, "requests_per_s")
+    pairs = [x / y for x, y in zip(a["per_round"], w["per_round"]) if x and y]
+    paired = f"×{statistics.median(pairs):.2f}" if pairs else "–"
+    return (f"\n\n**A/A control**: *wharf-again* is the same wharf and URL as *wharf*, a target of its own "
+            f"in the same interleaved rounds: again / first = {xr(a['value'], w['value'])} by the medians, "
+            f"{paired} paired. Two readings of one gateway part that much in this table; a ratio between "
+            f"gateways inside that spread is the run's noise, not a difference between them. The verdict "
+            f"uses *wharf*.")
+
+
 # The share of its cores' time, busy with anything, above which `wharf bench` warns that a
 # pinned client's cores were full (`CORES_FULL` in crates/wharf-bench/src/rusage.rs).
 CORES_FULL = 0.95
@@ -815,11 +834,11 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
             if not rep:
                 continue
             T = targets(rep)
-            names = ["wharf", "nginx", "haproxy"] + (["floor"] if kind == "pass" else [])
+            names = ["wharf"] + (["wharf-again"] if kind == "pass" else []) + ["nginx", "haproxy"] + (["floor"] if kind == "pass" else [])
             rows, best = tp_rows(T, f"{kind}-{size}", names)
             parts.append(f"**{size}, {mode}** ({rep['rounds']} round(s) of {dict((s['name'], s['value']) for s in rep['settings'])['duration']} "
                          f"after a {dict((s['name'], s['value']) for s in rep['settings'])['warmup']} warm-up, 64 keep-alive connections)\n\n"
-                         + table(TP_HEAD, rows))
+                         + table(TP_HEAD, rows) + aa_note(T, f"{kind}-{size}"))
             wt = T[f"{kind}-{size}/wharf"]
             bt = T[f"{kind}-{size}/{best}"]
             wr, br = mval(wt, "requests_per_s"), mval(bt, "requests_per_s")
@@ -1573,6 +1592,11 @@ throughput_targets() {
             TARGETS+=(--server-pids "pass-$label/$gw=${pids[$gw]}")
         done
     done
+    # The A/A control: wharf's 1 KiB pass-through a second time, as a target of its own in
+    # the same interleaved rounds. Its two readings part only by the run's noise, which the
+    # report sets beside the verdicts (stop 47: identical targets read up to 17 % apart).
+    TARGETS+=(--target "pass-1KiB/wharf-again=$(url_wharf "$wp" "$tb" /bytes/1024 0)")
+    TARGETS+=(--server-pids "pass-1KiB/wharf-again=${pids[wharf]}")
 }
 phase "throughput-shared"
 throughput_targets "$TB" "$WP" "$NP" "$HC" "$HP" "$TB" wharf nginx haproxy tb
