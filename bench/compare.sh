@@ -763,6 +763,13 @@ else:
 
 
 # ------------------------------------------------------------------ throughput
+def per_round_ratios(num, den):
+    """num / den round by round (requests/s of two targets of one interleaved run), skipping
+    rounds where either has no figure: the pairs the "paired" medians are taken over."""
+    return [x / y for x, y in zip(metric(num, "requests_per_s")["per_round"],
+                                  metric(den, "requests_per_s")["per_round"]) if x and y]
+
+
 def tp_rows(T, prefix, names):
     best = None
     anchors = [n for n in ANCHORS if f"{prefix}/{n}" in T]
@@ -782,10 +789,8 @@ def tp_rows(T, prefix, names):
         c = cls(t, "requests")
         per = " / ".join(f(x) for x in m["per_round"] if x is not None)
         cpu = mval(t, "server_cpu_us_per_call")
-        paired = None
-        if b:
-            pairs = [x / y for x, y in zip(m["per_round"], metric(b, "requests_per_s")["per_round"]) if x and y]
-            paired = statistics.median(pairs) if pairs else None
+        pairs = per_round_ratios(t, b) if b else []
+        paired = statistics.median(pairs) if pairs else None
         rows.append([n + (" (best anchor)" if n == best else ""), f(m["value"]), per, xr(m["value"], brps),
                      "–" if paired is None else f"×{paired:.2f}",
                      f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), xr(c["latency_ms"]["p99"], bp99),
@@ -800,11 +805,11 @@ def aa_note(T, prefix):
     again, first = T.get(f"{prefix}/wharf-again"), T.get(f"{prefix}/wharf")
     if not (again and first):
         return ""
-    a, w = metric(again, "requests_per_s"), metric(first, "requests_per_s")
-    pairs = [x / y for x, y in zip(a["per_round"], w["per_round"]) if x and y]
+    by_medians = xr(mval(again, "requests_per_s"), mval(first, "requests_per_s"))
+    pairs = per_round_ratios(again, first)
     paired = f"×{statistics.median(pairs):.2f}" if pairs else "–"
     return (f"\n\n**A/A control**: *wharf-again* is the same wharf and URL as *wharf*, a target of its own "
-            f"in the same interleaved rounds: again / first = {xr(a['value'], w['value'])} by the medians, "
+            f"in the same interleaved rounds: again / first = {by_medians} by the medians, "
             f"{paired} paired. Two readings of one gateway part that much in this table; a ratio between "
             f"gateways inside that spread is the run's noise, not a difference between them. The verdict "
             f"uses *wharf*.")
@@ -834,7 +839,9 @@ for kind, label in (("cache", "Cache-hit throughput"), ("pass", "Pass-through th
             if not rep:
                 continue
             T = targets(rep)
-            names = ["wharf"] + (["wharf-again"] if kind == "pass" else []) + ["nginx", "haproxy"] + (["floor"] if kind == "pass" else [])
+            # wharf-again (the A/A control) is a 1 KiB pass-through target only; absent rows are skipped.
+            names = (["wharf", "wharf-again", "nginx", "haproxy", "floor"] if kind == "pass"
+                     else ["wharf", "nginx", "haproxy"])
             rows, best = tp_rows(T, f"{kind}-{size}", names)
             parts.append(f"**{size}, {mode}** ({rep['rounds']} round(s) of {dict((s['name'], s['value']) for s in rep['settings'])['duration']} "
                          f"after a {dict((s['name'], s['value']) for s in rep['settings'])['warmup']} warm-up, 64 keep-alive connections)\n\n"
@@ -915,8 +922,7 @@ def router_section(name, mode):
             rows.append([n, f(m["value"]), " / ".join(f(x) for x in m["per_round"] if x is not None),
                          f(c["latency_ms"]["p50"]), f(c["latency_ms"]["p99"]), f(mval(t, "server_cpu_us_per_call")),
                          str(c["total"]["errors"]["total"])])
-        paired = [b / a for a, b in zip(metric(p, "requests_per_s")["per_round"],
-                                         metric(r, "requests_per_s")["per_round"]) if a and b]
+        paired = per_round_ratios(r, p)
         beside = load(f"throughput-{mode}")
         pass_wharf = targets(beside).get("pass-1KiB/wharf") if beside else None
         pw = mval(pass_wharf, "requests_per_s") if pass_wharf else None
