@@ -244,6 +244,65 @@ async fn failover_when_the_primary_dies_and_recovery_when_it_returns() {
     assert!(back, "the primary was never used again");
 }
 
+/// A backend that answers one call on one connection and then goes away while
+/// wharf holds that connection in its pool: the listener is already closed, and
+/// the next request on the connection is read and left unanswered (a clean close).
+async fn a_backend_that_dies_after_one_call() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        drop(listener);
+        let mut buf = [0u8; 4096];
+        let mut read_head = async |stream: &mut tokio::net::TcpStream| {
+            let mut seen = Vec::new();
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            true
+        };
+        if !read_head(&mut stream).await {
+            return;
+        }
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+        read_head(&mut stream).await;
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_pooled_connection_found_closed_with_its_backend_gone_fails_over_without_retries() {
+    // With `retries = 0` a request that reached a backend is not sent again. This one
+    // never reached one: its pooled connection was closed before any answer and the
+    // backend refuses new ones, so the backup takes it, as for a refused connect.
+    let primary = a_backend_that_dies_after_one_call().await;
+    let backup = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "orders",
+        "/fast",
+        &[primary, base(&backup)],
+        "strategy = \"failover\"\nretries = 0",
+    ))
+    .await;
+    let first = get(&wharf.url("/fast")).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.bytes().as_ref(), b"ok");
+    assert_eq!(
+        get(&wharf.url("/fast")).await.status,
+        200,
+        "failover to the backup"
+    );
+    assert_eq!(backup.hits("/fast"), 1);
+}
+
 #[tokio::test]
 async fn all_backends_down_gives_502() {
     let dead = {

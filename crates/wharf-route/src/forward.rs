@@ -198,10 +198,12 @@ impl Route {
                             debug!(backend = backend.label(), error = %failure.error, "pooled backend connection was closed; reconnecting");
                             connection = match backend.new_connection().await {
                                 Ok(connection) => connection,
-                                Err(error) => return Err(unavailable(&backend, &error)),
+                                // The backend went away with its connection: as for
+                                // any connect failure, nothing was sent.
+                                Err(error) => return Err(Failed::Unsent(unavailable(&backend, &error))),
                             };
                         }
-                        Err(failure) => return Err(unavailable(&backend, &failure.error)),
+                        Err(failure) => return Err(Failed::AfterSending(unavailable(&backend, &failure.error))),
                         Ok(response) => return Ok(response),
                     }
                 }
@@ -221,7 +223,12 @@ impl Route {
                     wharf_http1::recycle::recycle(std::mem::take(&mut parts.headers));
                     return Ok(self.relay(response, lease));
                 }
-                Ok(Err(error)) => {
+                Ok(Err(Failed::Unsent(error))) => {
+                    backend.call_ended();
+                    backend.record(Outcome::Error);
+                    last = Some(error);
+                }
+                Ok(Err(Failed::AfterSending(error))) => {
                     backend.call_ended();
                     backend.record(Outcome::Error);
                     last = Some(error);
@@ -275,6 +282,16 @@ impl Route {
         let body = Box::pin(RelayBody::new(body, lease));
         Response::from_parts(parts, ResponseBody::spliced(body))
     }
+}
+
+/// How an attempt on a backend failed, which decides whether the next backend may
+/// have the request.
+enum Failed {
+    /// Nothing reached the backend (a pooled connection found closed, and no new one
+    /// could be made): the next backend gets the request as a connect failure does.
+    Unsent(RouteError),
+    /// Bytes went upstream: only a replayable request goes again, within `retries`.
+    AfterSending(RouteError),
 }
 
 /// Takes one re-send from the budget, if the request can be rebuilt.
