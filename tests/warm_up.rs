@@ -186,3 +186,148 @@ async fn the_warm_up_runs_on_every_core_even_through_a_one_call_twin() {
         BTreeSet::from(["wharf-core-0".to_owned(), "wharf-core-1".to_owned()])
     );
 }
+
+/// A host whose `[server]` has `keys`, warmed up through one twin at `/twin` that counts
+/// its calls and the threads they ran on.
+async fn host_with_a_counting_twin(keys: &str) -> (HostBuilder, Arc<Mutex<Vec<String>>>) {
+    let text = server_table(keys);
+    let config = Config::from_toml_str(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+    let builder = HostBuilder::new(config.server);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let twin = handler(move |_request| {
+        let seen = seen.clone();
+        async move {
+            let thread = std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_owned();
+            seen.lock().unwrap().push(thread);
+            Response::new(ResponseBody::full(Bytes::from_static(b"warm")))
+        }
+    });
+    let limits = LimitsConfig {
+        max_concurrent_calls: 1,
+        max_queued_calls: 0,
+        queue_timeout: Duration::from_millis(1),
+    };
+    let report = builder.warm_up(one_twin("/twin", &limits, twin)).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    (builder, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_warm_runs_the_warm_up_again_on_every_core_until_the_host_stops() {
+    let (builder, calls) = host_with_a_counting_twin("keep_warm = \"20ms\"\n").await;
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        2,
+        "the start-up warm-up, once per core"
+    );
+    let wharf = spawn_host(builder).await;
+    // Three more rounds, each once per core.
+    let again = poll_until(Duration::from_secs(10), || async {
+        calls.lock().unwrap().len() >= 8
+    })
+    .await;
+    assert!(again, "keep-warm rounds: {:?}", calls.lock().unwrap());
+    let cores: BTreeSet<String> = calls.lock().unwrap().iter().cloned().collect();
+    assert_eq!(
+        cores,
+        BTreeSet::from(["wharf-core-0".to_owned(), "wharf-core-1".to_owned()])
+    );
+    // The host's calls are served as ever beside it (its own 404 here).
+    assert_eq!(
+        get(&wharf.url("/elsewhere")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    wharf.stop().await;
+    let after_stop = calls.lock().unwrap().len();
+    // Five periods: a round still running at the stop may end, none starts.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        calls.lock().unwrap().len() <= after_stop + 2,
+        "keep-warm went on after the host stopped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_warm_stands_aside_while_calls_keep_a_core_busy() {
+    let (builder, twin_calls) = host_with_a_counting_twin("keep_warm = \"50ms\"\n").await;
+    let limits = LimitsConfig {
+        max_concurrent_calls: 4,
+        max_queued_calls: 4,
+        queue_timeout: Duration::from_secs(1),
+    };
+    // Each call holds its core's thread for 40 ms: a core serving them back to back is
+    // busy for nearly the whole of every keep-warm period.
+    let busy = handler(|_request| async {
+        std::thread::sleep(Duration::from_millis(40));
+        Response::new(ResponseBody::full(Bytes::from_static(b"done")))
+    });
+    let builder = builder.mount("busy", Mount::Exact("/busy".into()), &limits, busy);
+    let wharf = spawn_host(builder).await;
+    // Idle: the rounds run.
+    let rounds = poll_until(Duration::from_secs(10), || async {
+        twin_calls.lock().unwrap().len() >= 4
+    })
+    .await;
+    assert!(rounds, "no keep-warm round while idle");
+    let before_load = twin_calls.lock().unwrap().len();
+    let loaded = std::time::Instant::now();
+    while loaded.elapsed() < Duration::from_millis(800) {
+        assert_eq!(get(&wharf.url("/busy")).await.status, StatusCode::OK);
+    }
+    // Sixteen periods under load: at most the round of the first, once per core.
+    let during_load = twin_calls.lock().unwrap().len() - before_load;
+    assert!(during_load <= 2, "{during_load} keep-warm calls under load");
+    // Idle again: the rounds resume.
+    let resumed = poll_until(Duration::from_secs(10), || async {
+        twin_calls.lock().unwrap().len() >= before_load + during_load + 2
+    })
+    .await;
+    assert!(resumed, "keep-warm did not resume after the load");
+    wharf.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keep_warm_the_warm_up_runs_once() {
+    let (builder, calls) = host_with_a_counting_twin("").await;
+    let wharf = spawn_host(builder).await;
+    assert_eq!(
+        get(&wharf.url("/elsewhere")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // As long as a keep-warm of 20ms would take for five rounds.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        2,
+        "{:?}",
+        calls.lock().unwrap()
+    );
+    wharf.stop().await;
+}
+
+#[tokio::test]
+async fn serve_keeps_the_twins_origin_up_for_keep_warm() {
+    // The proxy twin's pass-through and the route twin's forward reach the twins' own
+    // origin each round: were it dropped after start-up, every round would fail.
+    let path = config_file(
+        "keep-warm",
+        &format!(
+            "{}[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n\n\
+             [services.orders]\ntype = \"route\"\npath_prefix = \"/orders\"\nbackends = [\"http://192.0.2.1:9\"]\n",
+            server_table("keep_warm = \"10ms\"\n")
+        ),
+    );
+    let wharf = WharfProcess::start(&path);
+    // About fifty rounds.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    assert!(status.success(), "{logs}");
+    assert!(!logs.contains("keep-warm: calls failed"), "{logs}");
+    assert!(!logs.contains("start-up warm-up: calls failed"), "{logs}");
+    remove_config_file(&path);
+}

@@ -81,7 +81,8 @@ pub(crate) async fn run(
     let services_init = phase_started.elapsed();
 
     let metrics = builder.metrics().clone();
-    let warm_up = warm_up(&builder, &config).await;
+    // The twins' origin stays up as long as their calls run again (`keep_warm`).
+    let (warm_up, _twins_origin) = warm_up(&builder, &config).await;
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
     let shutdown = shutdown_signal();
@@ -118,12 +119,16 @@ pub(crate) async fn run(
 }
 
 /// Warms the host and a twin of each service type up (seed 000, `wharf::warm_up`) before
-/// the listeners are bound; returns how long it took. A failed warm-up call is a warning:
-/// the first client's call then pays for what it would have done.
-async fn warm_up(host: &wharf_host::HostBuilder, config: &Config) -> Duration {
+/// the listeners are bound; returns how long it took, and, with `keep_warm` set, the
+/// twins' origin (their calls run again while the host runs: keep it as long). A failed
+/// warm-up call is a warning: the first client's call then pays for what it would have done.
+async fn warm_up(
+    host: &wharf_host::HostBuilder,
+    config: &Config,
+) -> (Duration, Option<wharf_testbed::TestbedHandle>) {
     let (plan, origin) = wharf::warm_up::plan(config).await;
     let report = host.warm_up(plan).await;
-    drop(origin);
+    let origin = origin.filter(|_| config.server.keep_warm.is_some());
     if !report.failed.is_empty() {
         tracing::warn!(
             failed = ?report.failed,
@@ -131,7 +136,7 @@ async fn warm_up(host: &wharf_host::HostBuilder, config: &Config) -> Duration {
         );
     }
     tracing::debug!(calls = report.calls, "start-up warm-up done");
-    report.elapsed
+    (report.elapsed, origin)
 }
 
 /// Watches SIGINT and SIGTERM from this call on, and resolves on the first of them. The

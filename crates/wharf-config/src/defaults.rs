@@ -21,6 +21,13 @@ pub(crate) const SHUTDOWN_TIMEOUT: &str = "30s";
 pub(crate) const BUSY_POLL_US: u64 = 0;
 /// The largest `server.busy_poll_us`: 10 ms of spinning after every burst of work.
 pub(crate) const MAX_BUSY_POLL_US: u64 = 10_000;
+/// `server.keep_warm` (off).
+pub(crate) const KEEP_WARM: &str = "0s";
+/// The shortest `server.keep_warm` other than off: each round is a few loopback calls per
+/// core, which more often than this would cost more than the pages it keeps warm.
+pub(crate) const MIN_KEEP_WARM: &str = "10ms";
+/// The longest `server.keep_warm`: pages left a minute are cold on the hosts it is for.
+pub(crate) const MAX_KEEP_WARM: &str = "60s";
 
 /// `queue_timeout`, every service type.
 pub(crate) const QUEUE_TIMEOUT: &str = "5s";

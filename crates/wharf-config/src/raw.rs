@@ -54,6 +54,7 @@ pub(crate) struct RawServer {
     pub(crate) shutdown_timeout: Option<Spanned<RawDuration>>,
     pub(crate) cpu_steering: Option<Spanned<bool>>,
     pub(crate) busy_poll_us: Option<Spanned<u64>>,
+    pub(crate) keep_warm: Option<Spanned<RawDuration>>,
     pub(crate) splice_bodies: Option<Spanned<bool>>,
     pub(crate) tls_cert: Option<Spanned<String>>,
     pub(crate) tls_key: Option<Spanned<String>>,

@@ -105,6 +105,7 @@ fn defaults_filled() {
         Duration::ZERO,
         "busy polling is off by default"
     );
+    assert_eq!(server.keep_warm, None, "keep-warm is off by default");
 
     let config = ok(&format!(
         "{MINIMAL_ROUTE}\n[services.p]\ntype = \"proxy\"\npath = \"/p\"\n"
@@ -155,6 +156,7 @@ max_connections = 50
 max_header_bytes = 16384
 cpu_steering = true
 busy_poll_us = 50
+keep_warm = "250ms"
 splice_bodies = true
 
 [services.orders]
@@ -192,6 +194,7 @@ strategy = "round_robin"
     assert!(config.server.cpu_steering);
     assert!(config.server.splice_bodies);
     assert_eq!(config.server.busy_poll, Duration::from_micros(50));
+    assert_eq!(config.server.keep_warm, Some(Duration::from_millis(250)));
 
     let service = config.service("orders").expect("orders");
     assert_eq!(service.type_name(), "route");
@@ -359,6 +362,18 @@ fn wrong_toml_type() {
     assert_eq!(
         p,
         "wharf.toml:2: server.busy_poll_us: 10001 is out of range, use 0 to 10000"
+    );
+    for (value, shown) in [("\"5ms\"", "\"5ms\""), ("\"2m\"", "\"2m\"")] {
+        let p = problem(&format!("[server]\nkeep_warm = {value}\n"));
+        assert_eq!(
+            p,
+            format!("wharf.toml:2: server.keep_warm: {shown} is out of range, use \"0s\" (off) or 10ms to 60s")
+        );
+    }
+    let p = problem("[server]\nkeep_warm = \"often\"\n");
+    assert!(
+        p.starts_with("wharf.toml:2: server.keep_warm: \"often\" is not a duration"),
+        "{p}"
     );
     let p = problem("[server]\nbusy_poll_us = \"50us\"\n");
     assert!(

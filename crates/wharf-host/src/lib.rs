@@ -27,6 +27,7 @@ pub mod error;
 mod fd_budget;
 mod fd_table;
 pub mod h1;
+mod keep_warm;
 pub mod layers;
 mod registry;
 mod request_body;

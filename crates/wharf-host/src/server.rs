@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -27,11 +27,12 @@ use crate::connection::{SessionLimits, SessionParts};
 use crate::cores;
 use crate::dispatch::Dispatcher;
 use crate::fd_budget;
+use crate::keep_warm::KeepWarm;
 use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
 use crate::tls::{self, TlsError, TlsFiles};
-use crate::warm_up::{WarmUp, WarmUpReport};
+use crate::warm_up::{Rig, WarmUp, WarmUpReport};
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,8 @@ pub struct HostBuilder {
     /// The data plane's cores, made by the warm-up (which runs its sessions on them) or
     /// else by [`HostBuilder::bind`].
     cores: OnceLock<Vec<cores::Prepared>>,
+    /// The warm-up, kept to run again when `keep_warm` is set (see [`crate::keep_warm`]).
+    warm_again: OnceLock<Rig>,
 }
 
 impl HostBuilder {
@@ -85,6 +88,7 @@ impl HostBuilder {
             tls: None,
             unix: None,
             cores: OnceLock::new(),
+            warm_again: OnceLock::new(),
         }
     }
 
@@ -128,15 +132,21 @@ impl HostBuilder {
     /// they are not yet), so the first client's call finds the code and buffers it needs
     /// warm (seed 000; see [`crate::warm_up`]). Call it before
     /// [`HostBuilder::bind`]: a client that connects once the port is bound must not wait
-    /// behind the warm-up.
+    /// behind the warm-up. With `keep_warm` set, the same calls run again every period
+    /// while the host runs (see [`crate::keep_warm`]); without a warm-up, nothing does.
     pub async fn warm_up(&self, warm: WarmUp) -> WarmUpReport {
-        crate::warm_up::run(
+        let (report, rig) = crate::warm_up::run(
             warm,
             &self.server,
             session_limits(&self.server),
             self.cores(),
         )
-        .await
+        .await;
+        if self.server.keep_warm.is_some() {
+            // A second warm-up replaces nothing: the first one's calls are kept.
+            let _ = self.warm_again.set(rig);
+        }
+        report
     }
 
     /// The data plane's cores, made at the first ask.
@@ -200,6 +210,10 @@ impl HostBuilder {
         );
         let sessions = Sessions::new(self.metrics.sessions(max_sessions));
         let session_limits = session_limits(&self.server);
+        let keep_warm = self
+            .server
+            .keep_warm
+            .and_then(|every| Some((self.warm_again.into_inner()?, every)));
         Ok(Host {
             listener,
             cores,
@@ -218,6 +232,7 @@ impl HostBuilder {
             sessions,
             session_limits,
             max_sessions,
+            keep_warm,
             server: self.server,
         })
     }
@@ -246,6 +261,8 @@ pub struct Host {
     /// Sessions admitted at once: `max_connections`, or fewer when the
     /// open-files limit cannot hold that many proxied calls (`fd_budget`).
     max_sessions: usize,
+    /// The warm-up to run again, and how often (`keep_warm`).
+    keep_warm: Option<(Rig, Duration)>,
     server: ServerConfig,
 }
 
@@ -311,6 +328,7 @@ impl Host {
             sessions,
             session_limits,
             max_sessions,
+            keep_warm,
             server,
         } = self;
         let (stop_sessions, session_stop) = watch::channel(false);
@@ -358,6 +376,7 @@ impl Host {
         // woke this thread, which has nothing to do with it, for every connection that
         // arrived for that core. The core's copy keeps the socket open until it stops.
         let listener = (!cores::on_host_listener(&cores)).then_some(listener);
+        let keep_warm = keep_warm.map(|(rig, every)| KeepWarm::start(rig, every));
         acceptor
             .accept_until(
                 listener.as_ref(),
@@ -367,6 +386,7 @@ impl Host {
             )
             .await;
         let _ = stop_accepting.send(true);
+        drop(keep_warm);
         cores::wait_until_not_accepting(&cores).await;
 
         admin_state.set_ready(false);

@@ -124,66 +124,128 @@ pub struct WarmUpReport {
 /// Runs `warm`'s chains of calls side by side, each call on a new loopback connection
 /// served by a private session (the same code as an accepted TCP connection's) over the
 /// warm-up's registry: every chain once on each of `cores` (the session on the core's
-/// thread), or once on this runtime when there are none.
+/// thread), or once on this runtime when there are none. Returns the report and the
+/// warm-up ready to run again ([`crate::keep_warm`]).
 pub(crate) async fn run(
     warm: WarmUp,
     server: &ServerConfig,
     limits: SessionLimits,
     cores: &[Prepared],
-) -> WarmUpReport {
-    let started = Instant::now();
-    let WarmUp {
-        services,
-        mut chains,
-    } = warm;
-    // Without twins, the one call is the host's own 404; else every call wants a 2xx.
-    let answer = if chains.is_empty() {
-        chains.push(vec![UNMOUNTED_PATH.to_owned()]);
-        Answer::NotFound
-    } else {
-        Answer::Success
-    };
-    let homes: Vec<Option<&Handle>> = if cores.is_empty() {
-        vec![None]
-    } else {
-        cores.iter().map(|core| Some(core.handle())).collect()
-    };
-    let sessions = Sessions::new(services.metrics().sessions(chains.len() * homes.len()));
-    // Kept until the end: a dropped sender would read as "stop" to the sessions.
-    let (_keep_serving, stop) = watch::channel(false);
-    let parts = SessionParts {
-        h2: Arc::new(h2_builder(server)),
-        dispatcher: Arc::new(Dispatcher {
-            registry: Arc::new(RwLock::new(Arc::new(services.into_registry()))),
-            max_header_bytes: server.max_header_bytes,
-        }),
-        stop,
-        limits,
-    };
-    let slots = Arc::new(Semaphore::new(chains.len() * homes.len()));
-    let calls = chains.iter().map(Vec::len).sum::<usize>() * homes.len();
-    let failed = match TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await {
-        Ok(listener) => {
-            let chains = homes.iter().flat_map(|home| {
-                chains.iter().map(|chain| Chain {
-                    calls: chain,
-                    answer,
-                    home: *home,
-                })
-            });
-            let chains = chains.map(|chain| run_chain(chain, &listener, &parts, &sessions, &slots));
-            futures_util::future::join_all(chains)
-                .await
-                .into_iter()
-                .flatten()
+) -> (WarmUpReport, Rig) {
+    let rig = Rig::new(warm, server, limits, cores).await;
+    (rig.run().await, rig)
+}
+
+/// A warm-up set up to run, as often as asked: the private sessions' parts over the
+/// twins' registry, the loopback listener that reaches them, the calls, and the cores
+/// they run on.
+pub(crate) struct Rig {
+    parts: SessionParts,
+    sessions: Arc<Sessions>,
+    /// One per chain and core: a run's calls all proceed side by side.
+    slots: Arc<Semaphore>,
+    chains: Vec<Vec<String>>,
+    answer: Answer,
+    /// The loopback listener, or why there is none (every run then reports it).
+    listener: Result<TcpListener, String>,
+    /// Where the sessions run: each core's runtime, or this runtime (`None`).
+    homes: Vec<Option<Handle>>,
+    /// Kept as long as the rig: a dropped sender would read as "stop" to the sessions.
+    _keep_serving: watch::Sender<bool>,
+}
+
+impl Rig {
+    async fn new(
+        warm: WarmUp,
+        server: &ServerConfig,
+        limits: SessionLimits,
+        cores: &[Prepared],
+    ) -> Self {
+        let WarmUp {
+            services,
+            mut chains,
+        } = warm;
+        // Without twins, the one call is the host's own 404; else every call wants a 2xx.
+        let answer = if chains.is_empty() {
+            chains.push(vec![UNMOUNTED_PATH.to_owned()]);
+            Answer::NotFound
+        } else {
+            Answer::Success
+        };
+        let homes: Vec<Option<Handle>> = if cores.is_empty() {
+            vec![None]
+        } else {
+            cores
+                .iter()
+                .map(|core| Some(core.handle().clone()))
                 .collect()
+        };
+        let sessions = Sessions::new(services.metrics().sessions(chains.len() * homes.len()));
+        let (keep_serving, stop) = watch::channel(false);
+        let parts = SessionParts {
+            h2: Arc::new(h2_builder(server)),
+            dispatcher: Arc::new(Dispatcher {
+                registry: Arc::new(RwLock::new(Arc::new(services.into_registry()))),
+                max_header_bytes: server.max_header_bytes,
+            }),
+            stop,
+            limits,
+        };
+        let slots = Arc::new(Semaphore::new(chains.len() * homes.len()));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .map_err(|error| format!("cannot listen on 127.0.0.1: {error}"));
+        Self {
+            parts,
+            sessions,
+            slots,
+            chains,
+            answer,
+            listener,
+            homes,
+            _keep_serving: keep_serving,
         }
-        Err(error) => vec![format!("cannot listen on 127.0.0.1: {error}")],
-    };
-    WarmUpReport {
-        calls,
-        failed: once_each(failed),
-        elapsed: started.elapsed(),
+    }
+
+    /// How long each core has been busy so far, by its runtime's count (empty when the
+    /// calls run on this runtime: there are no cores).
+    pub(crate) fn cores_busy(&self) -> Vec<Duration> {
+        self.homes
+            .iter()
+            .flatten()
+            .map(|core| core.metrics().worker_total_busy_duration(0))
+            .collect()
+    }
+
+    /// Every chain once on each core, side by side.
+    pub(crate) async fn run(&self) -> WarmUpReport {
+        let started = Instant::now();
+        let calls = self.chains.iter().map(Vec::len).sum::<usize>() * self.homes.len();
+        let failed = match &self.listener {
+            Ok(listener) => {
+                let chains = self.homes.iter().flat_map(|home| {
+                    self.chains.iter().map(|chain| Chain {
+                        calls: chain,
+                        answer: self.answer,
+                        home: home.as_ref(),
+                    })
+                });
+                let chains = chains.map(|chain| {
+                    run_chain(chain, listener, &self.parts, &self.sessions, &self.slots)
+                });
+                futures_util::future::join_all(chains)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
+            Err(error) => vec![error.clone()],
+        };
+        WarmUpReport {
+            calls,
+            failed: once_each(failed),
+            elapsed: started.elapsed(),
+        }
     }
 }
 

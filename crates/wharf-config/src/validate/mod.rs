@@ -194,7 +194,7 @@ impl Checker<'_> {
 }
 
 /// A built-in duration; the defaults module only holds valid spellings (tests check them).
-fn builtin_duration(text: &str) -> Duration {
+pub(super) fn builtin_duration(text: &str) -> Duration {
     parse_duration(text).expect("built-in durations are valid")
 }
 

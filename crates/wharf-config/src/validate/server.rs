@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::{builtin_size, Checker};
+use super::{builtin_duration, builtin_size, Checker};
 use crate::defaults;
 use crate::model::{ServerConfig, TlsConfig};
 use crate::raw::RawServer;
@@ -153,6 +153,7 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         defaults::BUSY_POLL_US,
         0..=defaults::MAX_BUSY_POLL_US,
     ));
+    let keep_warm = keep_warm(c, raw);
     let splice_bodies = raw.splice_bodies.as_ref().is_some_and(|v| *v.get_ref());
     let tls = tls(c, raw);
     let listen_unix = raw.listen_unix.as_ref().and_then(|path| {
@@ -195,6 +196,38 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         shutdown_timeout,
         cpu_steering,
         busy_poll,
+        keep_warm,
         splice_bodies,
     }
+}
+
+/// `server.keep_warm`: `"0s"` is off; anything else must lie in 10ms..=60s.
+fn keep_warm(c: &mut Checker<'_>, raw: &RawServer) -> Option<Duration> {
+    let every = c.duration(
+        "server.keep_warm",
+        &raw.keep_warm,
+        defaults::KEEP_WARM,
+        "0s",
+    );
+    if every.is_zero() {
+        return None;
+    }
+    if every < builtin_duration(defaults::MIN_KEEP_WARM)
+        || every > builtin_duration(defaults::MAX_KEEP_WARM)
+    {
+        if let Some(value) = &raw.keep_warm {
+            c.report(
+                Some(value.span()),
+                "server.keep_warm",
+                format!(
+                    "{:?} is out of range, use \"0s\" (off) or {} to {}",
+                    value.get_ref().0,
+                    defaults::MIN_KEEP_WARM,
+                    defaults::MAX_KEEP_WARM
+                ),
+            );
+        }
+        return None;
+    }
+    Some(every)
 }
