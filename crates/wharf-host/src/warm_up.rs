@@ -137,8 +137,7 @@ pub(crate) async fn run(
 }
 
 /// A warm-up set up to run, as often as asked: the private sessions' parts over the
-/// twins' registry, the loopback listener that reaches them, the calls, and the cores
-/// they run on.
+/// twins' registry, the calls, and the cores they run on.
 pub(crate) struct Rig {
     parts: SessionParts,
     sessions: Arc<Sessions>,
@@ -146,8 +145,6 @@ pub(crate) struct Rig {
     slots: Arc<Semaphore>,
     chains: Vec<Vec<String>>,
     answer: Answer,
-    /// The loopback listener, or why there is none (every run then reports it).
-    listener: Result<TcpListener, String>,
     /// Where the sessions run: each core's runtime, or this runtime (`None`).
     homes: Vec<Option<Handle>>,
     /// Kept as long as the rig: a dropped sender would read as "stop" to the sessions.
@@ -192,16 +189,12 @@ impl Rig {
             limits,
         };
         let slots = Arc::new(Semaphore::new(chains.len() * homes.len()));
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .await
-            .map_err(|error| format!("cannot listen on 127.0.0.1: {error}"));
         Self {
             parts,
             sessions,
             slots,
             chains,
             answer,
-            listener,
             homes,
             _keep_serving: keep_serving,
         }
@@ -221,26 +214,19 @@ impl Rig {
     pub(crate) async fn run(&self) -> WarmUpReport {
         let started = Instant::now();
         let calls = self.chains.iter().map(Vec::len).sum::<usize>() * self.homes.len();
-        let failed = match &self.listener {
-            Ok(listener) => {
-                let chains = self.homes.iter().flat_map(|home| {
-                    self.chains.iter().map(|chain| Chain {
-                        calls: chain,
-                        answer: self.answer,
-                        home: home.as_ref(),
-                    })
-                });
-                let chains = chains.map(|chain| {
-                    run_chain(chain, listener, &self.parts, &self.sessions, &self.slots)
-                });
-                futures_util::future::join_all(chains)
-                    .await
-                    .into_iter()
-                    .flatten()
-                    .collect()
-            }
-            Err(error) => vec![error.clone()],
-        };
+        let chains = self.homes.iter().flat_map(|home| {
+            self.chains.iter().map(|chain| Chain {
+                calls: chain,
+                answer: self.answer,
+                home: home.as_ref(),
+            })
+        });
+        let chains = chains.map(|chain| run_chain(chain, &self.parts, &self.sessions, &self.slots));
+        let failed = futures_util::future::join_all(chains)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         WarmUpReport {
             calls,
             failed: once_each(failed),
@@ -297,14 +283,13 @@ struct Chain<'a> {
 /// The calls of one chain, in order; returns what went wrong.
 async fn run_chain(
     chain: Chain<'_>,
-    listener: &TcpListener,
     parts: &SessionParts,
     sessions: &Arc<Sessions>,
     slots: &Arc<Semaphore>,
 ) -> Vec<String> {
     let mut failed = Vec::new();
     for path in chain.calls {
-        let call = one_call(listener, parts, sessions, slots, path, chain.home);
+        let call = one_call(parts, sessions, slots, path, chain.home);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(status)) if chain.answer.accepts(status) => {}
             Ok(Ok(status)) => failed.push(format!("GET {path}: status {status}")),
@@ -319,14 +304,13 @@ async fn run_chain(
 /// accepted connection would be, on `home`'s runtime if given; returns the response's
 /// status.
 async fn one_call(
-    listener: &TcpListener,
     parts: &SessionParts,
     sessions: &Arc<Sessions>,
     slots: &Arc<Semaphore>,
     path: &str,
     home: Option<&Handle>,
 ) -> std::io::Result<u16> {
-    let (mut client, server, peer) = connected_pair(listener).await?;
+    let (mut client, server, peer) = connected_pair().await?;
     let slot = slots
         .clone()
         .acquire_owned()
@@ -358,15 +342,22 @@ async fn one_call(
     })
 }
 
-/// A connected pair of TCP streams through `listener`: (client side, server side, client
-/// address).
-async fn connected_pair(
-    listener: &TcpListener,
-) -> std::io::Result<(TcpStream, TcpStream, SocketAddr)> {
+/// A connected pair of TCP streams over loopback: (client side, server side, client
+/// address). The listener is made for this one call and closed after it, so that no
+/// listener of the warm-up outlives its calls (keep-warm runs them for the process's life),
+/// and calls side by side never take each other's connections. A connection from anyone
+/// else that reaches it meanwhile is closed, never served.
+async fn connected_pair() -> std::io::Result<(TcpStream, TcpStream, SocketAddr)> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let addr = listener.local_addr()?;
     let (client, accepted) = tokio::join!(TcpSocket::new_v4()?.connect(addr), listener.accept());
-    let (server, peer) = accepted?;
     let client = client?;
+    let ours = client.local_addr()?;
+    let (mut server, mut peer) = accepted?;
+    while peer != ours {
+        drop(server);
+        (server, peer) = listener.accept().await?;
+    }
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
     Ok((client, server, peer))
@@ -389,5 +380,19 @@ mod tests {
         assert_eq!(status_of(b"HTTP/1.0 200 OK\r\n"), None);
         assert_eq!(status_of(b"HTTP/1.1 2"), None);
         assert_eq!(status_of(b""), None);
+    }
+
+    #[tokio::test]
+    async fn a_pair_is_its_own_two_ends_and_leaves_no_listener_behind() {
+        let (client, server, peer) = connected_pair().await.unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        assert_eq!(server.peer_addr().unwrap(), client.local_addr().unwrap());
+        let listened_on = client.peer_addr().unwrap();
+        let refused = TcpSocket::new_v4().unwrap().connect(listened_on).await;
+        assert_eq!(
+            refused.map(|_| ()).map_err(|error| error.kind()),
+            Err(std::io::ErrorKind::ConnectionRefused),
+            "the call's listener is still open"
+        );
     }
 }
