@@ -140,5 +140,49 @@ fn server_changes(old: &ServerConfig, new: &ServerConfig) -> Vec<&'static str> {
         "shutdown_timeout",
         old.shutdown_timeout != new.shutdown_timeout,
     );
+    check("cpu_steering", old.cpu_steering != new.cpu_steering);
+    check("busy_poll_us", old.busy_poll != new.busy_poll);
+    check("keep_warm", old.keep_warm != new.keep_warm);
+    check("splice_bodies", old.splice_bodies != new.splice_bodies);
+    check("tls_cert/tls_key", old.tls != new.tls);
+    check("listen_unix", old.listen_unix != new.listen_unix);
+    check("admin_token", old.admin_token != new.admin_token);
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(keys: &str) -> ServerConfig {
+        let text =
+            format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{keys}");
+        Config::from_toml_str(&text, "test.toml")
+            .unwrap_or_else(|error| panic!("{error}"))
+            .server
+    }
+
+    #[test]
+    fn every_server_key_a_reload_cannot_apply_is_named() {
+        let before = server("");
+        assert_eq!(server_changes(&before, &server("")), Vec::<&str>::new());
+        // The addresses are set by the table above, and the TLS files must exist to be
+        // checked; every other key, one at a time.
+        for (line, key) in [
+            ("max_connections = 7", "max_connections"),
+            ("header_read_timeout = \"1s\"", "header_read_timeout"),
+            ("max_header_bytes = \"16KiB\"", "max_header_bytes"),
+            ("idle_timeout = \"1s\"", "idle_timeout"),
+            ("shutdown_timeout = \"1s\"", "shutdown_timeout"),
+            ("cpu_steering = true", "cpu_steering"),
+            ("busy_poll_us = 50", "busy_poll_us"),
+            ("keep_warm = \"200ms\"", "keep_warm"),
+            ("splice_bodies = true", "splice_bodies"),
+            ("listen_unix = \"/tmp/wharf-reload.sock\"", "listen_unix"),
+            ("admin_token = \"0123456789abcdef\"", "admin_token"),
+        ] {
+            let after = server(&format!("{line}\n"));
+            assert_eq!(server_changes(&before, &after), [key], "{line}");
+        }
+    }
 }
