@@ -163,28 +163,40 @@ async fn the_warm_up_runs_on_every_core_even_through_a_one_call_twin() {
         max_queued_calls: 0,
         queue_timeout: Duration::from_millis(1),
     };
-    let threads = Arc::new(Mutex::new(BTreeSet::new()));
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    // Long enough for the other core's call to arrive while this one runs.
+    let twin = thread_recording_twin(&threads, Duration::from_millis(20));
+    let report = builder.warm_up(one_twin("/twin", &limits, twin)).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(report.calls, 2, "one call per core: {report:?}");
+    let cores: BTreeSet<String> = threads.lock().unwrap().iter().cloned().collect();
+    assert_eq!(
+        cores,
+        BTreeSet::from(["wharf-core-0".to_owned(), "wharf-core-1".to_owned()])
+    );
+}
+
+/// A twin that records the name of the thread each of its calls ran on, and answers
+/// after `hold`.
+fn thread_recording_twin(
+    threads: &Arc<Mutex<Vec<String>>>,
+    hold: Duration,
+) -> wharf_host::HostService {
     let seen = threads.clone();
-    let twin = handler(move |_request| {
+    handler(move |_request| {
         let seen = seen.clone();
         async move {
             let name = std::thread::current()
                 .name()
                 .unwrap_or("unnamed")
                 .to_owned();
-            seen.lock().unwrap().insert(name);
-            // Long enough for the other core's call to arrive while this one runs.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            seen.lock().unwrap().push(name);
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
+            }
             Response::new(ResponseBody::full(Bytes::from_static(b"warm")))
         }
-    });
-    let report = builder.warm_up(one_twin("/twin", &limits, twin)).await;
-    assert!(report.failed.is_empty(), "{report:?}");
-    assert_eq!(report.calls, 2, "one call per core: {report:?}");
-    assert_eq!(
-        *threads.lock().unwrap(),
-        BTreeSet::from(["wharf-core-0".to_owned(), "wharf-core-1".to_owned()])
-    );
+    })
 }
 
 /// A host whose `[server]` has `keys`, warmed up through one twin at `/twin` that counts
@@ -194,18 +206,7 @@ async fn host_with_a_counting_twin(keys: &str) -> (HostBuilder, Arc<Mutex<Vec<St
     let config = Config::from_toml_str(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
     let builder = HostBuilder::new(config.server);
     let calls = Arc::new(Mutex::new(Vec::new()));
-    let seen = calls.clone();
-    let twin = handler(move |_request| {
-        let seen = seen.clone();
-        async move {
-            let thread = std::thread::current()
-                .name()
-                .unwrap_or("unnamed")
-                .to_owned();
-            seen.lock().unwrap().push(thread);
-            Response::new(ResponseBody::full(Bytes::from_static(b"warm")))
-        }
-    });
+    let twin = thread_recording_twin(&calls, Duration::ZERO);
     let limits = LimitsConfig {
         max_concurrent_calls: 1,
         max_queued_calls: 0,
