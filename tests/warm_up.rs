@@ -202,9 +202,7 @@ fn thread_recording_twin(
 /// A host whose `[server]` has `keys`, warmed up through one twin at `/twin` that counts
 /// its calls and the threads they ran on.
 async fn host_with_a_counting_twin(keys: &str) -> (HostBuilder, Arc<Mutex<Vec<String>>>) {
-    let text = server_table(keys);
-    let config = Config::from_toml_str(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
-    let builder = HostBuilder::new(config.server);
+    let builder = HostBuilder::new(config(keys).server);
     let calls = Arc::new(Mutex::new(Vec::new()));
     let twin = thread_recording_twin(&calls, Duration::ZERO);
     let limits = LimitsConfig {

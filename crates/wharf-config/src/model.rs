@@ -63,7 +63,8 @@ pub struct ServerConfig {
     /// 60s. For hosts that take back memory a process leaves untouched for a second or so
     /// (some micro-VMs): there the first call after an idle gap otherwise pays for every
     /// page it touches (issue 4's lab: 5.5 ms after 10 s idle against 0.8 ms with the pages
-    /// kept warm). The price is a few loopback calls per core each period, also under load.
+    /// kept warm). The price is a few loopback calls per core each idle period; a round is
+    /// skipped while calls keep a core busy.
     pub keep_warm: Option<Duration>,
     /// `splice_bodies`: a response body relayed from an upstream's plain socket to a plain
     /// client socket (HTTP/1.1, a stated length) goes by `splice(2)` through a pipe, never

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -210,10 +210,7 @@ impl HostBuilder {
         );
         let sessions = Sessions::new(self.metrics.sessions(max_sessions));
         let session_limits = session_limits(&self.server);
-        let keep_warm = self
-            .server
-            .keep_warm
-            .and_then(|every| Some((self.warm_again.into_inner()?, every)));
+        let warm_again = self.warm_again.into_inner();
         Ok(Host {
             listener,
             cores,
@@ -232,7 +229,7 @@ impl HostBuilder {
             sessions,
             session_limits,
             max_sessions,
-            keep_warm,
+            warm_again,
             server: self.server,
         })
     }
@@ -261,8 +258,8 @@ pub struct Host {
     /// Sessions admitted at once: `max_connections`, or fewer when the
     /// open-files limit cannot hold that many proxied calls (`fd_budget`).
     max_sessions: usize,
-    /// The warm-up to run again, and how often (`keep_warm`).
-    keep_warm: Option<(Rig, Duration)>,
+    /// The warm-up to run again every `server.keep_warm` (kept only when that is set).
+    warm_again: Option<Rig>,
     server: ServerConfig,
 }
 
@@ -328,7 +325,7 @@ impl Host {
             sessions,
             session_limits,
             max_sessions,
-            keep_warm,
+            warm_again,
             server,
         } = self;
         let (stop_sessions, session_stop) = watch::channel(false);
@@ -376,7 +373,9 @@ impl Host {
         // woke this thread, which has nothing to do with it, for every connection that
         // arrived for that core. The core's copy keeps the socket open until it stops.
         let listener = (!cores::on_host_listener(&cores)).then_some(listener);
-        let keep_warm = keep_warm.map(|(rig, every)| KeepWarm::start(rig, every));
+        let keep_warm = warm_again
+            .zip(server.keep_warm)
+            .map(|(rig, every)| KeepWarm::start(rig, every));
         acceptor
             .accept_until(
                 listener.as_ref(),

@@ -132,7 +132,7 @@ pub(crate) async fn run(
     limits: SessionLimits,
     cores: &[Prepared],
 ) -> (WarmUpReport, Rig) {
-    let rig = Rig::new(warm, server, limits, cores).await;
+    let rig = Rig::new(warm, server, limits, cores);
     (rig.run().await, rig)
 }
 
@@ -152,12 +152,7 @@ pub(crate) struct Rig {
 }
 
 impl Rig {
-    async fn new(
-        warm: WarmUp,
-        server: &ServerConfig,
-        limits: SessionLimits,
-        cores: &[Prepared],
-    ) -> Self {
+    fn new(warm: WarmUp, server: &ServerConfig, limits: SessionLimits, cores: &[Prepared]) -> Self {
         let WarmUp {
             services,
             mut chains,

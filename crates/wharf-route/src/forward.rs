@@ -223,16 +223,16 @@ impl Route {
                     wharf_http1::recycle::recycle(std::mem::take(&mut parts.headers));
                     return Ok(self.relay(response, lease));
                 }
-                Ok(Err(Failed::Unsent(error))) => {
+                Ok(Err(failed)) => {
                     backend.call_ended();
                     backend.record(Outcome::Error);
+                    let (error, sent) = match failed {
+                        Failed::Unsent(error) => (error, false),
+                        Failed::AfterSending(error) => (error, true),
+                    };
                     last = Some(error);
-                }
-                Ok(Err(Failed::AfterSending(error))) => {
-                    backend.call_ended();
-                    backend.record(Outcome::Error);
-                    last = Some(error);
-                    if !spend(&mut resends_left, replayable) {
+                    // Unsent, the next backend has it for free, as after a refused connect.
+                    if sent && !spend(&mut resends_left, replayable) {
                         break;
                     }
                 }
