@@ -86,6 +86,9 @@ pub(crate) const ACK_WAIT: &str = "30s";
 pub(crate) const ROUTE_TIMEOUT: &str = "10s";
 /// Route `retries`.
 pub(crate) const RETRIES: u64 = 1;
+/// Largest route `preconnect`: connections per backend and core, well within the idle
+/// connections a route keeps per backend (256 over all cores).
+pub(crate) const MAX_PRECONNECT: u64 = 64;
 
 /// `telemetry.log_format`.
 pub(crate) const LOG_FORMAT: &str = "pretty";

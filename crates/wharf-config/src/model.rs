@@ -194,6 +194,15 @@ pub struct ProxyConfig {
     /// go memory, then Redis, then the origin; every Redis operation is bounded (100 ms) and
     /// a failing or slow Redis is skipped, never failing a call.
     pub shared_cache: Option<String>,
+    /// `preconnect_origins`: origins (`http://host[:port]` or `https://host[:port]`, no
+    /// path) to which one connection is opened on each of the data plane's cores at start,
+    /// before the port listens, and kept idle for the first calls (seed 000: a first call
+    /// that also connects). Default empty. Each must be allowed by `allow_hosts` when that
+    /// is set; the connections go through the same private-network check as calls. An
+    /// origin that cannot be reached then is logged, never a reason not to start; the
+    /// connections close after the idle timeout (90 s) when no call takes them. A reload
+    /// that builds the service anew opens them before the new service takes calls.
+    pub preconnect_origins: Vec<Url>,
 }
 
 /// A `type = "route"` service: matching requests go to `backends`.
@@ -232,6 +241,14 @@ pub struct RouteConfig {
     /// `retries`: further attempts after a failed one; only for idempotent
     /// methods or when no byte was sent upstream. Default 1, range 0..=10.
     pub retries: u32,
+    /// `preconnect`: connections opened to each backend on each of the data plane's cores
+    /// at start, before
+    /// the port listens, and kept idle for the first calls (seed 000: a first call that
+    /// also connects). Default 0: none. Range 0..=64. A backend that cannot be reached then
+    /// is logged, never a reason not to start; the connections close after the idle timeout
+    /// (90 s) when no call takes them. A reload that builds the service anew opens them
+    /// before the new service takes calls.
+    pub preconnect: u32,
 }
 
 /// How a route picks a backend (`strategy`).

@@ -85,6 +85,7 @@ pub(crate) struct RawService {
     pub(crate) first_byte_timeout: Option<Spanned<RawDuration>>,
     pub(crate) total_timeout: Option<Spanned<RawDuration>>,
     pub(crate) shared_cache: Option<Spanned<String>>,
+    pub(crate) preconnect_origins: Option<RawStringList>,
 
     // type = "route"
     pub(crate) path_prefix: Option<Spanned<String>>,
@@ -97,6 +98,7 @@ pub(crate) struct RawService {
     pub(crate) remove_headers: Option<RawStringList>,
     pub(crate) timeout: Option<Spanned<RawDuration>>,
     pub(crate) retries: Option<Spanned<u64>>,
+    pub(crate) preconnect: Option<Spanned<u64>>,
 
     // type = "queue" (and `path`, shared with proxy)
     pub(crate) nats_url: Option<Spanned<String>>,
@@ -155,6 +157,7 @@ impl RawService {
         present(&mut keys, "first_byte_timeout", &self.first_byte_timeout);
         present(&mut keys, "total_timeout", &self.total_timeout);
         present(&mut keys, "shared_cache", &self.shared_cache);
+        present(&mut keys, "preconnect_origins", &self.preconnect_origins);
         keys
     }
 
@@ -171,6 +174,7 @@ impl RawService {
         present(&mut keys, "remove_headers", &self.remove_headers);
         present(&mut keys, "timeout", &self.timeout);
         present(&mut keys, "retries", &self.retries);
+        present(&mut keys, "preconnect", &self.preconnect);
         keys
     }
 

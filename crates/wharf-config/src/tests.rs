@@ -119,6 +119,7 @@ fn defaults_filled() {
     assert_eq!(r.strategy, Strategy::Failover);
     assert_eq!(r.timeout, Duration::from_secs(10));
     assert_eq!(r.retries, 1);
+    assert_eq!(r.preconnect, 0, "no connections opened ahead by default");
     let p = config.service("p").expect("p");
     assert_eq!(p.limits.max_concurrent_calls, 4096);
     assert_eq!(p.limits.max_queued_calls, 1024);
@@ -127,6 +128,7 @@ fn defaults_filled() {
     assert_eq!(p.max_object_bytes, 64 << 20);
     assert_eq!(p.max_ttl, Duration::from_secs(86_400));
     assert!(!p.allow_private_networks && p.allow_hosts.is_empty());
+    assert!(p.preconnect_origins.is_empty());
     assert_eq!(p.connect_timeout, Duration::from_secs(5));
     assert_eq!(p.first_byte_timeout, Duration::from_secs(30));
     assert_eq!(p.total_timeout, Duration::from_secs(300));
@@ -171,6 +173,7 @@ set_headers = { "x-via" = "wharf", "Host" = "orders.internal" }
 remove_headers = ["X-Internal-Token", "cookie"]
 timeout = "2500ms"
 retries = 3
+preconnect = 2
 max_concurrent_calls = 8
 max_queued_calls = 0
 queue_timeout = "250ms"
@@ -249,6 +252,7 @@ strategy = "round_robin"
     );
     assert_eq!(r.timeout, Duration::from_millis(2500));
     assert_eq!(r.retries, 3);
+    assert_eq!(r.preconnect, 2);
     assert_eq!(route(&config, "rr").strategy, Strategy::RoundRobin);
 }
 
@@ -267,6 +271,7 @@ connect_timeout = "1s"
 first_byte_timeout = "2s"
 total_timeout = "10m"
 shared_cache = "redis://127.0.0.1:6379/"
+preconnect_origins = ["http://Example.com:8080/", "https://api.example.com:8443"]
 "#);
     let p = proxy(&config, "cache");
     assert_eq!(
@@ -286,6 +291,10 @@ shared_cache = "redis://127.0.0.1:6379/"
             first_byte_timeout: Duration::from_secs(2),
             total_timeout: Duration::from_secs(600),
             shared_cache: Some("redis://127.0.0.1:6379".into()),
+            preconnect_origins: vec![
+                url::Url::parse("http://example.com:8080").unwrap(),
+                url::Url::parse("https://api.example.com:8443").unwrap(),
+            ],
         }
     );
 }
@@ -467,6 +476,11 @@ fn bad_units_and_ranges() {
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"unix:run.sock\"]", r#"services.r.backends: "unix:run.sock" is not a unix socket"#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nstrategy = \"random\"", r#"services.r.strategy: unknown strategy "random", use "failover", "round_robin" or "least_outstanding""#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nretries = 11", "services.r.retries: 11 is out of range, use 0 to 10"),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\npreconnect = 65", "services.r.preconnect: 65 is out of range, use 0 to 64"),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\npreconnect_origins = [\"http://a\"]", "services.r: `preconnect_origins` is not a key of a route service (it is a proxy key)"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\npreconnect = 1", "services.p: `preconnect` is not a key of a proxy service (it is a route key)"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\nallow_hosts = [\"a:81\"]\npreconnect_origins = [\"http://a\"]", r#"services.p.preconnect_origins: "http://a" is not in allow_hosts, so no call could use its connections (add "a:80" there)"#),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\npreconnect_origins = [\"http://a\", \"http://a:80/\"]", r#"services.p.preconnect_origins: "http://a:80/" is listed twice"#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nmethods = [\"GET\", \"get\"]", "services.r.methods: GET is listed twice"),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nmethods = [\"G ET\"]", r#"services.r.methods: "G ET" is not an HTTP method"#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nset_headers = { \"content-length\" = \"5\" }", r#"services.r.set_headers.content-length: "content-length" is a hop-by-hop or framing header"#),

@@ -2,6 +2,8 @@
 
 use std::ops::Range;
 
+use url::Url;
+
 use super::{check_path, Checker};
 use crate::defaults;
 use crate::model::ProxyConfig;
@@ -91,6 +93,23 @@ pub(super) fn proxy(
             .ok()
     });
 
+    let mut preconnect_origins: Vec<Url> = Vec::new();
+    for entry in raw
+        .preconnect_origins
+        .iter()
+        .flat_map(|list| list.get_ref())
+    {
+        match preconnect_origin(entry.get_ref(), &allow_hosts) {
+            Ok(url) if preconnect_origins.contains(&url) => c.report(
+                Some(entry.span()),
+                &key("preconnect_origins"),
+                format!("{:?} is listed twice", entry.get_ref()),
+            ),
+            Ok(url) => preconnect_origins.push(url),
+            Err(why) => c.report(Some(entry.span()), &key("preconnect_origins"), why),
+        }
+    }
+
     ProxyConfig {
         path,
         cache_max_bytes,
@@ -102,7 +121,32 @@ pub(super) fn proxy(
         first_byte_timeout,
         total_timeout,
         shared_cache,
+        preconnect_origins,
     }
+}
+
+/// Parses a `preconnect_origins` entry, `http(s)://host[:port][/]`, and checks that
+/// `allow_hosts` (normalised, empty: any host) lets the proxy fetch from it: a connection
+/// opened ahead to an origin no call may reach would only hold a descriptor.
+pub(crate) fn preconnect_origin(written: &str, allow_hosts: &[String]) -> Result<Url, String> {
+    let url = super::route::backend(written)?;
+    if url.scheme() == "unix" {
+        return Err(format!(
+            "{written:?}: the proxy fetches http and https URLs only (e.g. \"http://127.0.0.1:8080\")"
+        ));
+    }
+    let host = url.host_str().unwrap_or_default();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let allowed = allow_hosts.is_empty()
+        || allow_hosts
+            .iter()
+            .any(|entry| entry == host || *entry == format!("{host}:{port}"));
+    if !allowed {
+        return Err(format!(
+            "{written:?} is not in allow_hosts, so no call could use its connections (add \"{host}:{port}\" there)"
+        ));
+    }
+    Ok(url)
 }
 
 /// Checks a `shared_cache` URL: `redis://[:password@]host[:port][/db]`, returned normalised.
@@ -195,7 +239,38 @@ pub(crate) fn host_entry(entry: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_entry, redis_url};
+    use super::{host_entry, preconnect_origin, redis_url};
+
+    #[test]
+    fn preconnect_origins_must_be_origins_the_proxy_may_fetch_from() {
+        let anywhere: [String; 0] = [];
+        let listed = ["127.0.0.1:8080".to_owned(), "example.com".to_owned()];
+        let good: [(&str, &[String]); 5] = [
+            ("http://127.0.0.1:8080", &anywhere),
+            ("https://example.com/", &anywhere),
+            ("http://127.0.0.1:8080/", &listed),
+            ("http://Example.COM:9000", &listed),
+            ("https://example.com", &listed),
+        ];
+        for (written, allow) in good {
+            assert!(
+                preconnect_origin(written, allow).is_ok(),
+                "{written:?} with {allow:?}"
+            );
+        }
+        let bad: [(&str, &[String], &str); 6] = [
+            ("127.0.0.1:8080", &anywhere, "is not a URL"),
+            ("http://127.0.0.1:8080/x", &anywhere, "must not have a path"),
+            ("unix:/run/app.sock", &anywhere, "http and https URLs only"),
+            ("ftp://127.0.0.1", &anywhere, "unsupported scheme"),
+            ("http://127.0.0.1:8081", &listed, "not in allow_hosts"),
+            ("http://other.example", &listed, "add \"other.example:80\""),
+        ];
+        for (written, allow, why) in bad {
+            let error = preconnect_origin(written, allow).expect_err(written);
+            assert!(error.contains(why), "{written:?}: {error}");
+        }
+    }
 
     #[test]
     fn shared_cache_urls() {

@@ -145,6 +145,12 @@ pub(super) fn route(
         defaults::RETRIES,
         0..=defaults::MAX_RETRIES,
     );
+    let preconnect = c.count(
+        &key("preconnect"),
+        &raw.preconnect,
+        0,
+        0..=defaults::MAX_PRECONNECT,
+    );
 
     RouteConfig {
         path_prefix,
@@ -158,6 +164,8 @@ pub(super) fn route(
         timeout,
         // At most MAX_RETRIES (10).
         retries: u32::try_from(retries).unwrap_or(u32::MAX),
+        // At most MAX_PRECONNECT (64).
+        preconnect: u32::try_from(preconnect).unwrap_or(u32::MAX),
     }
 }
 
