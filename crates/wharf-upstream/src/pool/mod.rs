@@ -439,7 +439,17 @@ impl IdlePool {
         }
     }
 
-    fn check_in(self: &Arc<Self>, key: &Arc<str>, connection: Connection) {
+    /// Keeps `connection`, opened ahead of any call (a service's `preconnect`), idle under
+    /// `key` for the calls to come, within the same bounds as a connection a call returned.
+    /// `false` when it was closed instead: the caps are reached or the open sessions may
+    /// need its descriptor.
+    pub fn keep_opened_ahead(self: &Arc<Self>, key: &str, connection: Connection) -> bool {
+        let key = shared_key(&self.lock().by_key, key);
+        self.check_in(&key, connection)
+    }
+
+    /// Keeps `connection` idle under `key`; `false` when it was closed instead.
+    fn check_in(self: &Arc<Self>, key: &Arc<str>, connection: Connection) -> bool {
         let mut surplus = None;
         let wake;
         {
@@ -465,7 +475,7 @@ impl IdlePool {
                     self.ledger.count_refused();
                 }
                 drop(surplus);
-                return; // `connection` is closed here, outside the lock
+                return false; // `connection` is closed here, outside the lock
             }
             upstream.idle.push(Idle {
                 connection,
@@ -484,6 +494,7 @@ impl IdlePool {
         if let Some(wake) = wake {
             wake.notify_one();
         }
+        true
     }
 
     /// Idle connections held now.

@@ -387,3 +387,28 @@ async fn a_cancelled_wait_and_spent_permits_leave_nothing_behind() {
         "an unused upstream is forgotten"
     );
 }
+
+#[tokio::test]
+async fn a_connection_opened_ahead_is_the_next_calls_and_kept_only_with_a_descriptor() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ledger = ledger_with_room(1);
+    let pool = IdlePool::with_ledger(LIMITS, ledger.clone());
+
+    let (connection, _kept_end) = open_connection(&listener).await;
+    assert!(pool.keep_opened_ahead("up", connection));
+    assert_eq!(pool.idle_count(), 1);
+
+    // The ledger has no descriptor left for a second one: it is closed, not kept.
+    let (connection, mut refused_end) = open_connection(&listener).await;
+    assert!(!pool.keep_opened_ahead("up", connection));
+    assert!(
+        sees_close(&mut refused_end).await,
+        "the refused one is closed"
+    );
+    assert_eq!(pool.idle_count(), 1);
+
+    match pool.try_acquire("up") {
+        Some(Checkout::Idle(slot, _)) => assert_eq!(slot.key(), "up"),
+        other => panic!("the first call should take the connection opened ahead, got {other:?}"),
+    }
+}
