@@ -10,7 +10,8 @@
 //!
 //! HTTP/1.1 is served by wharf's own connection code ([`h1`]), HTTP/2 by hyper.
 //!
-//! Main types: [`HostBuilder`] (optionally [`HostBuilder::warm_up`]) → [`Host`] (bound,
+//! Main types: [`HostBuilder`] (optionally [`HostBuilder::warm_up`] and
+//! [`HostBuilder::on_each_core`]) → [`Host`] (bound,
 //! not yet serving) → [`Host::run`]; [`Mount`] says which requests reach a service;
 //! [`error::json_error`] is the one error body every service uses;
 //! [`call::CallContext`] is how a service reports its phases.
@@ -29,6 +30,7 @@ mod fd_table;
 pub mod h1;
 mod keep_warm;
 pub mod layers;
+pub mod on_cores;
 mod registry;
 mod request_body;
 mod server;
@@ -44,6 +46,7 @@ pub use body::ResponseBody;
 pub use call::{CallContext, Phase};
 pub use fd_budget::SEALED_BODY_FDS;
 pub use fd_table::{presize_fd_table, PRESIZE_CAP};
+pub use on_cores::{CoreWork, CoreWorkReport};
 pub use registry::Mount;
 pub use request_body::RequestBody;
 pub use server::{Host, HostBuilder, HostError, RunSummary};

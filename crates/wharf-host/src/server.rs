@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -28,6 +28,7 @@ use crate::cores;
 use crate::dispatch::Dispatcher;
 use crate::fd_budget;
 use crate::keep_warm::KeepWarm;
+use crate::on_cores::{CoreWork, CoreWorkReport};
 use crate::registry::Mount;
 use crate::service::HostService;
 use crate::services::{Reloader, ServiceSet};
@@ -147,6 +148,15 @@ impl HostBuilder {
             let _ = self.warm_again.set(rig);
         }
         report
+    }
+
+    /// Runs `work` once on each of the data plane's cores (made here if they are not yet),
+    /// side by side, and waits until all have finished or `wait` has passed; work not
+    /// finished by then goes on in the background. For what the first calls on a core should
+    /// find ready: the upstream connections a service opens ahead (see [`crate::on_cores`]).
+    /// Call it before [`HostBuilder::bind`], as [`HostBuilder::warm_up`].
+    pub async fn on_each_core(&self, work: &CoreWork, wait: Duration) -> CoreWorkReport {
+        crate::on_cores::run(&crate::on_cores::homes(self.cores()), work, wait).await
     }
 
     /// The data plane's cores, made at the first ask.
@@ -308,6 +318,7 @@ impl Host {
             self.dispatcher.registry.clone(),
             self.admin_state.metrics().clone(),
             self.admin_state.inflight().clone(),
+            crate::on_cores::homes(&self.cores).into(),
         )
     }
 

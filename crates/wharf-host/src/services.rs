@@ -3,11 +3,15 @@
 //! flight: a call keeps the service it was dispatched to.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
 
 use wharf_config::LimitsConfig;
 use wharf_metrics::Metrics;
 
 use crate::call::Inflight;
+use crate::on_cores::{CoreWork, CoreWorkReport};
 use crate::registry::{Mount, Mounted, Registry};
 use crate::service::HostService;
 use crate::stack::hosted;
@@ -74,6 +78,8 @@ pub struct Reloader {
     registry: SharedRegistry,
     metrics: Arc<Metrics>,
     inflight: Arc<Inflight>,
+    /// Where work for every core runs (see [`crate::on_cores`]).
+    homes: Arc<[Option<Handle>]>,
 }
 
 impl Reloader {
@@ -81,12 +87,21 @@ impl Reloader {
         registry: SharedRegistry,
         metrics: Arc<Metrics>,
         inflight: Arc<Inflight>,
+        homes: Arc<[Option<Handle>]>,
     ) -> Self {
         Self {
             registry,
             metrics,
             inflight,
+            homes,
         }
+    }
+
+    /// Runs `work` once on each of the running host's cores, as
+    /// [`crate::HostBuilder::on_each_core`] does before the start: for the services a
+    /// reload builds anew, before they are swapped in.
+    pub async fn on_each_core(&self, work: &CoreWork, wait: Duration) -> CoreWorkReport {
+        crate::on_cores::run(&self.homes, work, wait).await
     }
 
     /// An empty set sharing the host's counters and in-flight list.

@@ -164,14 +164,7 @@ impl Rig {
         } else {
             Answer::Success
         };
-        let homes: Vec<Option<Handle>> = if cores.is_empty() {
-            vec![None]
-        } else {
-            cores
-                .iter()
-                .map(|core| Some(core.handle().clone()))
-                .collect()
-        };
+        let homes = crate::on_cores::homes(cores);
         let sessions = Sessions::new(services.metrics().sessions(chains.len() * homes.len()));
         let (keep_serving, stop) = watch::channel(false);
         let parts = SessionParts {
@@ -224,15 +217,15 @@ impl Rig {
             .collect();
         WarmUpReport {
             calls,
-            failed: once_each(failed),
+            failed: once_each(failed, "calls"),
             elapsed: started.elapsed(),
         }
     }
 }
 
-/// The failures once each, in the order first seen, with how many calls had each when more
-/// than one did (the same call fails alike on every core).
-fn once_each(failed: Vec<String>) -> Vec<String> {
+/// The failures once each, in the order first seen, with how many `what` (calls, cores) had
+/// each when more than one did (the same call fails alike on every core).
+pub(crate) fn once_each(failed: Vec<String>, what: &str) -> Vec<String> {
     let mut counted: Vec<(String, usize)> = Vec::new();
     for failure in failed {
         match counted.iter_mut().find(|(seen, _)| *seen == failure) {
@@ -244,7 +237,7 @@ fn once_each(failed: Vec<String>) -> Vec<String> {
         .into_iter()
         .map(|(failure, count)| match count {
             1 => failure,
-            _ => format!("{failure} ({count} calls)"),
+            _ => format!("{failure} ({count} {what})"),
         })
         .collect()
 }
