@@ -1,9 +1,15 @@
 //! The service catalogue: which crate builds each configured service type,
-//! where it is mounted, and which services a reload may keep as they are.
+//! where it is mounted, which services a reload may keep as they are, and the
+//! connections the services open ahead of their first calls (`preconnect`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
 
 use wharf_config::{Config, ServiceConfig, ServiceKind};
 use wharf_host::tls::TlsFiles;
-use wharf_host::{HostBuilder, HostService, Mount, ServiceSet};
+use wharf_host::{CoreWork, CoreWorkReport, HostBuilder, HostService, Mount, ServiceSet};
 use wharf_proxy::ProxyService;
 use wharf_queue::QueueService;
 use wharf_route::forward::RouteBuildError;
@@ -32,6 +38,9 @@ pub struct Catalogue {
 struct Entry {
     config: ServiceConfig,
     hosted: HostService,
+    /// The connections the service opens ahead on each core (`preconnect`,
+    /// `preconnect_origins`), if any.
+    preconnect: Option<CoreWork>,
 }
 
 /// What a rebuild did, for logs and the reload reply.
@@ -61,24 +70,87 @@ impl Catalogue {
                     .iter()
                     .find(|entry| entry.config == *service)
             });
-            let hosted = match unchanged {
+            let (hosted, preconnect) = match unchanged {
                 Some(entry) => {
                     set.mount_hosted(&service.name, mount, entry.hosted.clone());
                     rebuilt.kept.push(service.name.clone());
-                    entry.hosted.clone()
+                    (entry.hosted.clone(), entry.preconnect.clone())
                 }
                 None => {
-                    let built = build(config, service, set)?;
+                    let (built, preconnect) = build(config, service, set)?;
                     rebuilt.built.push(service.name.clone());
-                    set.mount(&service.name, mount, &service.limits, built)
+                    let hosted = set.mount(&service.name, mount, &service.limits, built);
+                    (hosted, preconnect)
                 }
             };
             entries.push(Entry {
                 config: service.clone(),
                 hosted,
+                preconnect,
             });
         }
         Ok((Catalogue { entries }, rebuilt))
+    }
+}
+
+impl Catalogue {
+    /// The connections the services named by `wanted` open ahead, as one piece of work for
+    /// each core (see [`HostBuilder::on_each_core`]): the services side by side, each line
+    /// of what went wrong prefixed with `services.NAME`. `None` when none of them
+    /// preconnects.
+    pub fn preconnect_work(&self, wanted: impl Fn(&str) -> bool) -> Option<CoreWork> {
+        let works: Vec<(String, CoreWork)> = self
+            .entries
+            .iter()
+            .filter(|entry| wanted(&entry.config.name))
+            .filter_map(|entry| Some((entry.config.name.clone(), entry.preconnect.clone()?)))
+            .collect();
+        if works.is_empty() {
+            return None;
+        }
+        let works = Arc::new(works);
+        Some(Arc::new(move || {
+            let works = works.clone();
+            Box::pin(async move {
+                let each = works.iter().map(|(name, work)| async move {
+                    let failed = work().await;
+                    failed
+                        .into_iter()
+                        .map(|line| format!("services.{name}: {line}"))
+                        .collect::<Vec<_>>()
+                });
+                futures_util::future::join_all(each)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            })
+        }))
+    }
+}
+
+/// The longest a start or a reload waits for the services' `preconnect`: a loopback or LAN
+/// connect takes well under a millisecond and a TLS handshake across a region tens of them,
+/// while an upstream that drops SYNs would hold the start until `connect_timeout` (seed
+/// 003's slow start). Connects not done by then go on in the background.
+pub const PRECONNECT_WAIT: Duration = Duration::from_millis(200);
+
+/// Logs how the services' `preconnect` went: an upstream not reached is a warning (its first
+/// calls connect themselves, as without it), never a reason to refuse a start or a reload.
+pub fn log_preconnect(report: &CoreWorkReport) {
+    if !report.failed.is_empty() {
+        warn!(
+            failed = ?report.failed,
+            "preconnect: upstreams not reached; their first calls connect themselves"
+        );
+    }
+    if report.finished < report.cores {
+        info!(
+            cores = report.cores,
+            finished = report.finished,
+            waited_ms = report.elapsed.as_secs_f64() * 1e3,
+            "preconnect: still connecting, the rest goes on in the background"
+        );
     }
 }
 
@@ -91,28 +163,34 @@ fn mount_of(service: &ServiceConfig) -> Mount {
     }
 }
 
-/// Builds one service of its type. A new service type is a new arm here
-/// and a crate of its own.
+/// Builds one service of its type, with the connections it opens ahead if any. A new
+/// service type is a new arm here and a crate of its own.
 fn build(
     config: &Config,
     service: &ServiceConfig,
     set: &ServiceSet,
-) -> Result<HostService, BuildError> {
+) -> Result<(HostService, Option<CoreWork>), BuildError> {
     let metrics = set.metrics();
     match &service.kind {
         ServiceKind::Proxy(proxy) => {
-            Ok(ProxyService::new(&service.name, proxy, metrics).into_host_service())
+            let proxy = ProxyService::new(&service.name, proxy, metrics);
+            let preconnect = proxy.preconnect_work();
+            Ok((proxy.into_host_service(), preconnect))
         }
         ServiceKind::Route(route) => RouteService::new(&service.name, route, metrics)
-            .map(RouteService::into_host_service)
+            .map(|route| {
+                let preconnect = route.preconnect_work();
+                (route.into_host_service(), preconnect)
+            })
             .map_err(|source| BuildError {
                 origin: config.origin.clone(),
                 name: service.name.clone(),
                 source,
             }),
-        ServiceKind::Queue(queue) => {
-            Ok(QueueService::new(&service.name, queue, metrics).into_host_service())
-        }
+        ServiceKind::Queue(queue) => Ok((
+            QueueService::new(&service.name, queue, metrics).into_host_service(),
+            None,
+        )),
     }
 }
 

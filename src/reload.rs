@@ -1,6 +1,8 @@
 //! Live reload: re-read the config file, validate it, and swap services,
 //! routes, backends and limits without dropping a connection or a call.
 //! An invalid file is refused with the reason and the old config stays.
+//! Services built anew open the connections they open ahead (`preconnect`)
+//! on every core before they are swapped in.
 //!
 //! `[server]` settings (listeners, session limits) belong to sockets that
 //! are already open: a change there is reported as needing a restart and
@@ -15,7 +17,7 @@ use wharf_config::{Config, ServerConfig};
 use wharf_host::admin::ReloadHook;
 use wharf_host::Reloader;
 
-use crate::catalogue::Catalogue;
+use crate::catalogue::{log_preconnect, Catalogue, PRECONNECT_WAIT};
 
 /// Reloads one host from one config file.
 pub struct ConfigReloader {
@@ -88,6 +90,13 @@ impl ConfigReloader {
                 warn!(error = %error, "reload refused; the running config stays");
                 error.to_string()
             })?;
+        // The services built anew open their connections ahead before they take calls.
+        if let Some(work) =
+            catalogue.preconnect_work(|name| rebuilt.built.iter().any(|built| built == name))
+        {
+            let report = self.reloader.on_each_core(&work, PRECONNECT_WAIT).await;
+            log_preconnect(&report);
+        }
         self.reloader.replace(set);
         let restart = server_changes(&state.0, &config.server);
         state.1 = catalogue;

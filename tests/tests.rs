@@ -9,6 +9,7 @@ mod faults;
 mod host;
 mod hostile;
 mod lab_cli;
+mod preconnect;
 mod proxy_cache;
 mod proxy_errors;
 mod proxy_ssrf;

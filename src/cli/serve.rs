@@ -83,6 +83,7 @@ pub(crate) async fn run(
     let metrics = builder.metrics().clone();
     // The twins' origin stays up as long as their calls run again (`keep_warm`).
     let (warm_up, _twins_origin) = warm_up(&builder, &config).await;
+    let preconnect = preconnect(&builder, &catalogue).await;
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
     let shutdown = shutdown_signal();
@@ -96,6 +97,7 @@ pub(crate) async fn run(
     metrics.startup_phase("telemetry_init", telemetry_init.as_secs_f64());
     metrics.startup_phase("services_init", services_init.as_secs_f64());
     metrics.startup_phase("warm_up", warm_up.as_secs_f64());
+    metrics.startup_phase("preconnect", preconnect.as_secs_f64());
     metrics.startup_phase("exec_to_ready", ready.as_secs_f64());
     info!(
         addr = %host.local_addr(),
@@ -105,6 +107,7 @@ pub(crate) async fn run(
         telemetry_init_ms = telemetry_init.as_secs_f64() * 1e3,
         services_init_ms = services_init.as_secs_f64() * 1e3,
         warm_up_ms = warm_up.as_secs_f64() * 1e3,
+        preconnect_ms = preconnect.as_secs_f64() * 1e3,
         exec_to_ready_ms = ready.as_secs_f64() * 1e3,
         "wharf listening"
     );
@@ -116,6 +119,20 @@ pub(crate) async fn run(
         );
     }
     Ok(())
+}
+
+/// Opens the connections the services open ahead (`preconnect`, `preconnect_origins`) on
+/// each core before the listeners are bound, waiting at most
+/// [`wharf::catalogue::PRECONNECT_WAIT`]; returns how long it waited.
+async fn preconnect(host: &wharf_host::HostBuilder, catalogue: &wharf::Catalogue) -> Duration {
+    let Some(work) = catalogue.preconnect_work(|_| true) else {
+        return Duration::ZERO;
+    };
+    let report = host
+        .on_each_core(&work, wharf::catalogue::PRECONNECT_WAIT)
+        .await;
+    wharf::catalogue::log_preconnect(&report);
+    report.elapsed
 }
 
 /// Warms the host and a twin of each service type up (seed 000, `wharf::warm_up`) before

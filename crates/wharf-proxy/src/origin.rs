@@ -1,6 +1,7 @@
 //! Requests to origins: connect through the SSRF guard (or reuse a pooled connection), send
 //! `GET`, wait for the response head within `first_byte_timeout`, and map what goes wrong
-//! before that head to a [`ProxyError`].
+//! before that head to a [`ProxyError`]. Connections opened ahead of the first calls
+//! (`preconnect_origins`) go through the same guard into the same pools.
 //!
 //! The exchange runs in the calling task ([`wharf_upstream`]): the response body is read from
 //! the origin's socket as the client's side polls it, and the connection returns to the pool
@@ -14,7 +15,7 @@ use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tracing::debug;
-use url::Url;
+use url::{Position, Url};
 use wharf_config::ProxyConfig;
 use wharf_upstream::{
     Checkout, ConnectPermit, Connection, HeadFields, PoolLimits, PoolShards, PoolSlot, ResponseBody,
@@ -175,6 +176,16 @@ impl Origin {
             .keeping(fields)
             .await
             .map_err(|failure| self.unavailable(target, &failure.error))
+    }
+
+    /// Opens a connection to `origin` (`scheme://host[:port]`, checked as a call's would be)
+    /// and keeps it idle in this thread's pool for the next call there: a service's
+    /// `preconnect_origins`, run on each core at start. `Ok(false)` when the pool had no
+    /// room for it (then it was closed).
+    pub(crate) async fn preconnect(&self, origin: &Url) -> Result<bool, ProxyError> {
+        let connection = self.connect(origin).await?;
+        let key = &origin[..Position::BeforePath];
+        Ok(self.inner.pool.here().keep_opened_ahead(key, connection))
     }
 
     fn unavailable(&self, target: &Target, error: &wharf_upstream::UpstreamError) -> ProxyError {

@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use http::{Method, Request, Response};
 use tracing::{debug, warn};
+use url::Url;
 use wharf_cache::{FillFailure, FillReader, FillRegistry, Joined, MemoryCache};
 use wharf_cache::{SharedTier, SharedTierConfig};
 use wharf_config::ProxyConfig;
 use wharf_host::error::json_error;
 use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
 use wharf_host::service::CallFuture;
-use wharf_host::{CallContext, HostService, Phase, RequestBody, ResponseBody};
+use wharf_host::{CallContext, CoreWork, HostService, Phase, RequestBody, ResponseBody};
 use wharf_http1::recycle;
 use wharf_upstream::HeadFields;
 
@@ -23,7 +24,7 @@ use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
 use crate::fill::FillJob;
 use crate::headers::RELAYED_ONLY;
-use crate::origin::Origin;
+use crate::origin::{origin_label, Origin};
 use crate::request::RawQuery;
 use crate::response::{
     build_response, bypass_response, from_shared_tier, hit_response, CacheResult,
@@ -56,6 +57,8 @@ struct Inner {
     shared: Option<Arc<SharedTier>>,
     /// How long a cross-instance fill lease lasts (see [`LEASE_TTL_CAP`]).
     lease_ttl: Duration,
+    /// Origins to open a connection to on each core at start (`preconnect_origins`).
+    preconnect_origins: Vec<Url>,
 }
 
 impl ProxyService {
@@ -117,8 +120,43 @@ impl ProxyService {
                 shared,
                 lease_ttl: (config.first_byte_timeout * 2)
                     .clamp(Duration::from_secs(1), LEASE_TTL_CAP),
+                preconnect_origins: config.preconnect_origins.clone(),
             }),
         }
+    }
+
+    /// The connections to open ahead of the first calls, one to each of
+    /// `preconnect_origins` on the core the work runs on (see
+    /// [`wharf_host::HostBuilder::on_each_core`]); `None` when none are configured. The
+    /// work yields one line for each origin that could not be reached.
+    pub fn preconnect_work(&self) -> Option<CoreWork> {
+        if self.inner.preconnect_origins.is_empty() {
+            return None;
+        }
+        let inner = self.inner.clone();
+        Some(Arc::new(move || {
+            let inner = inner.clone();
+            Box::pin(async move {
+                let attempts = inner
+                    .preconnect_origins
+                    .iter()
+                    .map(|origin| inner.origin.preconnect(origin));
+                let outcomes = futures_util::future::join_all(attempts).await;
+                inner
+                    .preconnect_origins
+                    .iter()
+                    .zip(outcomes)
+                    .filter_map(|(origin, outcome)| match outcome {
+                        Ok(true) => None,
+                        Ok(false) => Some(format!(
+                            "{}: no descriptor to spare for an idle connection",
+                            origin_label(origin)
+                        )),
+                        Err(error) => Some(error.to_string()),
+                    })
+                    .collect()
+            })
+        }))
     }
 
     /// The memory tier, for counters and tests.

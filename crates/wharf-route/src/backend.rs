@@ -134,6 +134,25 @@ impl Backend {
         }
     }
 
+    /// Opens `count` connections and keeps them idle in this thread's pool for the next
+    /// calls: the route's `preconnect`, run on each core at start. What went wrong, one
+    /// line (the first failure ends the attempt: the next connect would meet the same).
+    pub(crate) async fn preconnect(&self, count: u32) -> Option<String> {
+        for _ in 0..count {
+            let connection = match pool::connect(&self.address).await {
+                Ok(connection) => connection,
+                Err(error) => return Some(format!("backend {}: {error}", self.label)),
+            };
+            if !self.pool.here().keep_opened_ahead(&self.label, connection) {
+                return Some(format!(
+                    "backend {}: no room for another idle connection",
+                    self.label
+                ));
+            }
+        }
+        None
+    }
+
     /// A new connection, never a pooled one (after a pooled one turned out closed).
     pub(crate) async fn new_connection(&self) -> std::io::Result<Connection> {
         pool::connect(&self.address).await

@@ -19,7 +19,7 @@ use wharf_config::RouteConfig;
 use wharf_host::call::ClientAddr;
 use wharf_host::error::{error_chain, json_error};
 use wharf_host::metrics::{Metrics, Outcome};
-use wharf_host::{handler, CallContext, HostService, Phase, RequestBody, ResponseBody};
+use wharf_host::{handler, CallContext, CoreWork, HostService, Phase, RequestBody, ResponseBody};
 
 use crate::backend::{Backend, BackendError};
 use crate::balance::Balancer;
@@ -44,6 +44,8 @@ struct Route {
     balancer: Balancer,
     timeout: Duration,
     retries: u32,
+    /// Connections to open to each backend on each core at start (`preconnect`).
+    preconnect: u32,
 }
 
 /// Why a route could not be built.
@@ -82,8 +84,32 @@ impl RouteService {
                 balancer: Balancer::new(config.strategy),
                 timeout: config.timeout,
                 retries: config.retries,
+                preconnect: config.preconnect,
             }),
         })
+    }
+
+    /// The connections to open ahead of the first calls: `preconnect` to each backend on
+    /// the core the work runs on (see [`wharf_host::HostBuilder::on_each_core`]); `None`
+    /// when `preconnect` is 0. The work yields one line for each backend that could not be
+    /// reached.
+    pub fn preconnect_work(&self) -> Option<CoreWork> {
+        let count = self.route.preconnect;
+        if count == 0 {
+            return None;
+        }
+        let route = self.route.clone();
+        Some(Arc::new(move || {
+            let route = route.clone();
+            Box::pin(async move {
+                let attempts = route
+                    .backends
+                    .iter()
+                    .map(|backend| backend.preconnect(count));
+                let failures = futures_util::future::join_all(attempts).await;
+                failures.into_iter().flatten().collect()
+            })
+        }))
     }
 
     /// The route's backends (for tests and /debug).
