@@ -91,9 +91,7 @@ impl Catalogue {
         }
         Ok((Catalogue { entries }, rebuilt))
     }
-}
 
-impl Catalogue {
     /// The connections the services named by `wanted` open ahead, as one piece of work for
     /// each core (see [`HostBuilder::on_each_core`]): the services side by side, each line
     /// of what went wrong prefixed with `services.NAME`. `None` when none of them
