@@ -187,6 +187,29 @@ impl Checker<'_> {
         }
     }
 
+    /// The entries of a list key parsed by `parse`, in file order: an entry that does not
+    /// parse, or parses to one already listed, is reported at its place and left out.
+    pub(crate) fn unique_list<T: PartialEq>(
+        &mut self,
+        key: &str,
+        entries: &[Spanned<String>],
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Vec<T> {
+        let mut parsed: Vec<T> = Vec::new();
+        for entry in entries {
+            match parse(entry.get_ref()) {
+                Ok(value) if parsed.contains(&value) => self.report(
+                    Some(entry.span()),
+                    key,
+                    format!("{:?} is listed twice", entry.get_ref()),
+                ),
+                Ok(value) => parsed.push(value),
+                Err(why) => self.report(Some(entry.span()), key, why),
+            }
+        }
+        parsed
+    }
+
     /// The line of a span, for messages that point at another place in the file.
     pub(crate) fn line(&self, span: &Option<Range<usize>>) -> Option<usize> {
         span.as_ref().map(|s| line_of(self.text, s.start))

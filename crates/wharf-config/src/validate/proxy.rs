@@ -93,22 +93,15 @@ pub(super) fn proxy(
             .ok()
     });
 
-    let mut preconnect_origins: Vec<Url> = Vec::new();
-    for entry in raw
+    let preconnect_origins = raw
         .preconnect_origins
-        .iter()
-        .flat_map(|list| list.get_ref())
-    {
-        match preconnect_origin(entry.get_ref(), &allow_hosts) {
-            Ok(url) if preconnect_origins.contains(&url) => c.report(
-                Some(entry.span()),
-                &key("preconnect_origins"),
-                format!("{:?} is listed twice", entry.get_ref()),
-            ),
-            Ok(url) => preconnect_origins.push(url),
-            Err(why) => c.report(Some(entry.span()), &key("preconnect_origins"), why),
-        }
-    }
+        .as_ref()
+        .map(|list| {
+            c.unique_list(&key("preconnect_origins"), list.get_ref(), |entry| {
+                preconnect_origin(entry, &allow_hosts)
+            })
+        })
+        .unwrap_or_default();
 
     ProxyConfig {
         path,

@@ -66,32 +66,25 @@ pub(super) fn route(
 
     let match_headers = header_table(c, &key("match_headers"), &raw.match_headers, false);
 
-    let mut backends: Vec<Url> = Vec::new();
-    match &raw.backends {
-        None => c.report(
-            name_span.clone(),
-            table,
-            r#"missing required key `backends` (e.g. backends = ["http://127.0.0.1:7001"])"#,
-        ),
-        Some(list) if list.get_ref().is_empty() => c.report(
-            Some(list.span()),
-            &key("backends"),
-            r#"no backends, list at least one (e.g. ["http://127.0.0.1:7001"])"#,
-        ),
-        Some(list) => {
-            for entry in list.get_ref() {
-                match backend(entry.get_ref()) {
-                    Ok(url) if backends.contains(&url) => c.report(
-                        Some(entry.span()),
-                        &key("backends"),
-                        format!("{:?} is listed twice", entry.get_ref()),
-                    ),
-                    Ok(url) => backends.push(url),
-                    Err(why) => c.report(Some(entry.span()), &key("backends"), why),
-                }
-            }
+    let backends: Vec<Url> = match &raw.backends {
+        None => {
+            c.report(
+                name_span.clone(),
+                table,
+                r#"missing required key `backends` (e.g. backends = ["http://127.0.0.1:7001"])"#,
+            );
+            Vec::new()
         }
-    }
+        Some(list) if list.get_ref().is_empty() => {
+            c.report(
+                Some(list.span()),
+                &key("backends"),
+                r#"no backends, list at least one (e.g. ["http://127.0.0.1:7001"])"#,
+            );
+            Vec::new()
+        }
+        Some(list) => c.unique_list(&key("backends"), list.get_ref(), backend),
+    };
 
     let strategy = match &raw.strategy {
         None => Strategy::Failover,
