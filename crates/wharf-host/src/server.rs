@@ -134,7 +134,7 @@ impl HostBuilder {
     /// warm (seed 000; see [`crate::warm_up`]). Call it before
     /// [`HostBuilder::bind`]: a client that connects once the port is bound must not wait
     /// behind the warm-up. With `keep_warm` set, the same calls run again every period
-    /// while the host runs (see [`crate::keep_warm`]); without a warm-up, nothing does.
+    /// while the host runs (`server.keep_warm`); without a warm-up, nothing does.
     pub async fn warm_up(&self, warm: WarmUp) -> WarmUpReport {
         let (report, rig) = crate::warm_up::run(
             warm,

@@ -149,7 +149,7 @@ impl ProxyService {
                     .filter_map(|(origin, outcome)| match outcome {
                         Ok(true) => None,
                         Ok(false) => Some(format!(
-                            "{}: no descriptor to spare for an idle connection",
+                            "{}: no room in the idle pool (its caps, or no descriptor to spare)",
                             origin_label(origin)
                         )),
                         Err(error) => Some(error.to_string()),

@@ -145,7 +145,7 @@ impl Backend {
             };
             if !self.pool.here().keep_opened_ahead(&self.label, connection) {
                 return Some(format!(
-                    "backend {}: no room for another idle connection",
+                    "backend {}: no room in the idle pool (its caps, or no descriptor to spare)",
                     self.label
                 ));
             }
