@@ -9,7 +9,9 @@ use tracing::{info, warn};
 
 use wharf_config::{Config, ServiceConfig, ServiceKind};
 use wharf_host::tls::TlsFiles;
-use wharf_host::{CoreWork, CoreWorkReport, HostBuilder, HostService, Mount, ServiceSet};
+use wharf_host::{
+    core_work, CoreWork, CoreWorkReport, HostBuilder, HostService, Mount, ServiceSet,
+};
 use wharf_proxy::ProxyService;
 use wharf_queue::QueueService;
 use wharf_route::forward::RouteBuildError;
@@ -106,23 +108,19 @@ impl Catalogue {
         if works.is_empty() {
             return None;
         }
-        let works = Arc::new(works);
-        Some(Arc::new(move || {
-            let works = works.clone();
-            Box::pin(async move {
-                let each = works.iter().map(|(name, work)| async move {
-                    let failed = work().await;
-                    failed
-                        .into_iter()
-                        .map(|line| format!("services.{name}: {line}"))
-                        .collect::<Vec<_>>()
-                });
-                futures_util::future::join_all(each)
-                    .await
+        Some(core_work(Arc::new(works), |works| async move {
+            let each = works.iter().map(|(name, work)| async move {
+                let failed = work().await;
+                failed
                     .into_iter()
-                    .flatten()
-                    .collect()
-            })
+                    .map(|line| format!("services.{name}: {line}"))
+                    .collect::<Vec<_>>()
+            });
+            futures_util::future::join_all(each)
+                .await
+                .into_iter()
+                .flatten()
+                .collect()
         }))
     }
 }

@@ -46,7 +46,7 @@ pub use body::ResponseBody;
 pub use call::{CallContext, Phase};
 pub use fd_budget::SEALED_BODY_FDS;
 pub use fd_table::{presize_fd_table, PRESIZE_CAP};
-pub use on_cores::{CoreWork, CoreWorkReport};
+pub use on_cores::{core_work, CoreWork, CoreWorkReport};
 pub use registry::Mount;
 pub use request_body::RequestBody;
 pub use server::{Host, HostBuilder, HostError, RunSummary};

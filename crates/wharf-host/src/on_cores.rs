@@ -7,7 +7,8 @@
 //! runtime that builds the host. What the work does is the service's; the host runs it on
 //! every core side by side, waits a bounded time, and reports what went wrong once.
 //!
-//! Main items: [`CoreWork`] (what a service hands in), [`CoreWorkReport`];
+//! Main items: [`CoreWork`] (what a service hands in, made with [`core_work`]),
+//! [`CoreWorkReport`];
 //! [`crate::HostBuilder::on_each_core`] runs it.
 
 use std::future::Future;
@@ -25,6 +26,17 @@ use crate::warm_up::once_each;
 /// the core's). The future yields what went wrong, one line each (empty when nothing did).
 pub type CoreWork =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Vec<String>> + Send>> + Send + Sync>;
+
+/// Work for every core from shared `state` and an async function of it: each core's run gets
+/// its own clone of `state` (an `Arc` of the service, say) and runs `work(state)` there.
+pub fn core_work<S, F, Fut>(state: S, work: F) -> CoreWork
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Vec<String>> + Send + 'static,
+{
+    Arc::new(move || Box::pin(work(state.clone())))
+}
 
 /// How work done on every core went.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tracing::debug;
-use url::{Position, Url};
+use url::Url;
 use wharf_config::ProxyConfig;
 use wharf_upstream::{
     Checkout, ConnectPermit, Connection, HeadFields, PoolLimits, PoolShards, PoolSlot, ResponseBody,
@@ -24,7 +24,7 @@ use wharf_upstream::{
 use crate::connector::{ConnectError, GuardedConnector};
 use crate::destination::DestinationPolicy;
 use crate::error::{error_chain, ProxyError};
-use crate::target::Target;
+use crate::target::{pool_key, Target};
 
 /// Idle keep-alive connections kept per origin. Enough that the connections a burst or a
 /// wave of slow calls opened stay for the next calls: with 128, each 2,000-call burst in
@@ -180,12 +180,16 @@ impl Origin {
 
     /// Opens a connection to `origin` (`scheme://host[:port]`, checked as a call's would be)
     /// and keeps it idle in this thread's pool for the next call there: a service's
-    /// `preconnect_origins`, run on each core at start. `Ok(false)` when the pool had no
-    /// room for it (then it was closed).
-    pub(crate) async fn preconnect(&self, origin: &Url) -> Result<bool, ProxyError> {
-        let connection = self.connect(origin).await?;
-        let key = &origin[..Position::BeforePath];
-        Ok(self.inner.pool.here().keep_opened_ahead(key, connection))
+    /// `preconnect_origins`, run on each core at start. What went wrong, one line.
+    pub(crate) async fn preconnect(&self, origin: &Url) -> Option<String> {
+        let connection = match self.connect(origin).await {
+            Ok(connection) => connection,
+            Err(error) => return Some(error.to_string()),
+        };
+        let pool = self.inner.pool.here();
+        let kept = pool.keep_opened_ahead(pool_key(origin), connection);
+        kept.err()
+            .map(|no_room| format!("{}: {no_room}", origin_label(origin)))
     }
 
     fn unavailable(&self, target: &Target, error: &wharf_upstream::UpstreamError) -> ProxyError {

@@ -15,7 +15,7 @@ use wharf_config::ProxyConfig;
 use wharf_host::error::json_error;
 use wharf_host::metrics::{CacheMetrics, Metrics, Outcome, UpstreamMetrics};
 use wharf_host::service::CallFuture;
-use wharf_host::{CallContext, CoreWork, HostService, Phase, RequestBody, ResponseBody};
+use wharf_host::{core_work, CallContext, CoreWork, HostService, Phase, RequestBody, ResponseBody};
 use wharf_http1::recycle;
 use wharf_upstream::HeadFields;
 
@@ -24,7 +24,7 @@ use crate::destination::DestinationPolicy;
 use crate::error::ProxyError;
 use crate::fill::FillJob;
 use crate::headers::RELAYED_ONLY;
-use crate::origin::{origin_label, Origin};
+use crate::origin::Origin;
 use crate::request::RawQuery;
 use crate::response::{
     build_response, bypass_response, from_shared_tier, hit_response, CacheResult,
@@ -133,30 +133,17 @@ impl ProxyService {
         if self.inner.preconnect_origins.is_empty() {
             return None;
         }
-        let inner = self.inner.clone();
-        Some(Arc::new(move || {
-            let inner = inner.clone();
-            Box::pin(async move {
+        Some(core_work(
+            self.inner.clone(),
+            |inner: Arc<Inner>| async move {
                 let attempts = inner
                     .preconnect_origins
                     .iter()
                     .map(|origin| inner.origin.preconnect(origin));
-                let outcomes = futures_util::future::join_all(attempts).await;
-                inner
-                    .preconnect_origins
-                    .iter()
-                    .zip(outcomes)
-                    .filter_map(|(origin, outcome)| match outcome {
-                        Ok(true) => None,
-                        Ok(false) => Some(format!(
-                            "{}: no room in the idle pool (its caps, or no descriptor to spare)",
-                            origin_label(origin)
-                        )),
-                        Err(error) => Some(error.to_string()),
-                    })
-                    .collect()
-            })
-        }))
+                let failures = futures_util::future::join_all(attempts).await;
+                failures.into_iter().flatten().collect()
+            },
+        ))
     }
 
     /// The memory tier, for counters and tests.

@@ -80,8 +80,14 @@ impl Target {
 
     /// The idle-connection pool key: `scheme://host[:port]` as normalised.
     pub(crate) fn pool_key(&self) -> &str {
-        &self.url[..Position::BeforePath]
+        pool_key(&self.url)
     }
+}
+
+/// The idle-connection pool key of a normalised URL: `scheme://host[:port]`, the same for
+/// a call's target and for a connection opened ahead (`preconnect_origins`).
+pub(crate) fn pool_key(url: &Url) -> &str {
+    &url[..Position::BeforePath]
 }
 
 /// Recently checked targets by raw `url` value.

@@ -143,11 +143,8 @@ impl Backend {
                 Ok(connection) => connection,
                 Err(error) => return Some(format!("backend {}: {error}", self.label)),
             };
-            if !self.pool.here().keep_opened_ahead(&self.label, connection) {
-                return Some(format!(
-                    "backend {}: no room in the idle pool (its caps, or no descriptor to spare)",
-                    self.label
-                ));
+            if let Err(no_room) = self.pool.here().keep_opened_ahead(&self.label, connection) {
+                return Some(format!("backend {}: {no_room}", self.label));
             }
         }
         None

@@ -19,7 +19,9 @@ use wharf_config::RouteConfig;
 use wharf_host::call::ClientAddr;
 use wharf_host::error::{error_chain, json_error};
 use wharf_host::metrics::{Metrics, Outcome};
-use wharf_host::{handler, CallContext, CoreWork, HostService, Phase, RequestBody, ResponseBody};
+use wharf_host::{
+    core_work, handler, CallContext, CoreWork, HostService, Phase, RequestBody, ResponseBody,
+};
 
 use crate::backend::{Backend, BackendError};
 use crate::balance::Balancer;
@@ -98,18 +100,17 @@ impl RouteService {
         if count == 0 {
             return None;
         }
-        let route = self.route.clone();
-        Some(Arc::new(move || {
-            let route = route.clone();
-            Box::pin(async move {
+        Some(core_work(
+            self.route.clone(),
+            move |route: Arc<Route>| async move {
                 let attempts = route
                     .backends
                     .iter()
                     .map(|backend| backend.preconnect(count));
                 let failures = futures_util::future::join_all(attempts).await;
                 failures.into_iter().flatten().collect()
-            })
-        }))
+            },
+        ))
     }
 
     /// The route's backends (for tests and /debug).

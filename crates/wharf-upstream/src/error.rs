@@ -4,6 +4,12 @@ use std::io;
 
 use wharf_http1::MessageError;
 
+/// A connection the idle pool would not keep ([`crate::IdlePool::keep_opened_ahead`]): the
+/// pool's caps are reached, or the open sessions may need its descriptor. It was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no room in the idle pool (its caps, or no descriptor to spare)")]
+pub struct NoRoom;
+
 /// An exchange that did not produce a usable response head, or a body that broke.
 ///
 /// `Display` says what happened in lowercase, without the upstream's name: callers add it

@@ -32,7 +32,7 @@ mod tls;
 
 pub use body::ResponseBody;
 pub use connection::Connection;
-pub use error::{SendError, UpstreamError};
+pub use error::{NoRoom, SendError, UpstreamError};
 pub use exchange::Exchange;
 pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
 pub use request::{EncodedRequest, RequestHead};

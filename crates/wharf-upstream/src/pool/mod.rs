@@ -38,6 +38,7 @@ use tokio::sync::Notify;
 use wharf_limits::descriptors::{DescriptorLedger, Lender};
 
 use crate::connection::Connection;
+use crate::error::NoRoom;
 use lending::borrow_one;
 
 mod lending;
@@ -440,12 +441,19 @@ impl IdlePool {
     }
 
     /// Keeps `connection`, opened ahead of any call (a service's `preconnect`), idle under
-    /// `key` for the calls to come, within the same bounds as a connection a call returned.
-    /// `false` when it was closed instead: the caps are reached or the open sessions may
-    /// need its descriptor.
-    pub fn keep_opened_ahead(self: &Arc<Self>, key: &str, connection: Connection) -> bool {
+    /// `key` for the calls to come, within the same bounds as a connection a call returned;
+    /// [`NoRoom`] when it was closed instead.
+    pub fn keep_opened_ahead(
+        self: &Arc<Self>,
+        key: &str,
+        connection: Connection,
+    ) -> Result<(), NoRoom> {
         let key = shared_key(&self.lock().by_key, key);
-        self.check_in(&key, connection)
+        if self.check_in(&key, connection) {
+            Ok(())
+        } else {
+            Err(NoRoom)
+        }
     }
 
     /// Keeps `connection` idle under `key`; `false` when it was closed instead.

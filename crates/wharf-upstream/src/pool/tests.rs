@@ -1,4 +1,5 @@
 use super::*;
+use crate::error::NoRoom;
 use tokio::net::{TcpListener, TcpStream};
 
 const LIMITS: PoolLimits = PoolLimits {
@@ -395,12 +396,12 @@ async fn a_connection_opened_ahead_is_the_next_calls_and_kept_only_with_a_descri
     let pool = IdlePool::with_ledger(LIMITS, ledger.clone());
 
     let (connection, _kept_end) = open_connection(&listener).await;
-    assert!(pool.keep_opened_ahead("up", connection));
+    assert_eq!(pool.keep_opened_ahead("up", connection), Ok(()));
     assert_eq!(pool.idle_count(), 1);
 
     // The ledger has no descriptor left for a second one: it is closed, not kept.
     let (connection, mut refused_end) = open_connection(&listener).await;
-    assert!(!pool.keep_opened_ahead("up", connection));
+    assert_eq!(pool.keep_opened_ahead("up", connection), Err(NoRoom));
     assert!(
         sees_close(&mut refused_end).await,
         "the refused one is closed"
