@@ -34,7 +34,7 @@ pub use body::ResponseBody;
 pub use connection::Connection;
 pub use error::{NoRoom, SendError, UpstreamError};
 pub use exchange::Exchange;
-pub use pool::{Checkout, ConnectPermit, IdlePool, PoolLimits, PoolSlot};
+pub use pool::{Checkout, ConnectPermit, IdlePool, KeepFailure, KeptIdle, PoolLimits, PoolSlot};
 pub use request::{EncodedRequest, RequestHead};
 pub use shards::PoolShards;
 pub use stream::{UpstreamStream, SPLICED_RECEIVE_BUFFER};

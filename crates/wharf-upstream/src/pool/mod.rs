@@ -39,8 +39,11 @@ use wharf_limits::descriptors::{DescriptorLedger, Lender};
 
 use crate::connection::Connection;
 use crate::error::NoRoom;
+use keep::Floor;
+pub use keep::{KeepFailure, KeptIdle};
 use lending::borrow_one;
 
+mod keep;
 mod lending;
 mod sweep;
 #[cfg(test)]
@@ -70,12 +73,14 @@ struct Upstream {
     waiting: usize,
     /// Wakes one waiting call: a connection came back or a connect finished.
     wake: Arc<Notify>,
+    /// Idle connections kept open ahead of calls, if any (`keep`).
+    floor: Option<Floor>,
 }
 
 impl Upstream {
-    /// Nothing held and nobody opening or waiting: the key can be forgotten.
+    /// Nothing held, nobody opening or waiting, and no floor: the key can be forgotten.
     fn is_unused(&self) -> bool {
-        self.idle.is_empty() && self.connecting == 0 && self.waiting == 0
+        self.idle.is_empty() && self.connecting == 0 && self.waiting == 0 && self.floor.is_none()
     }
 }
 
@@ -95,6 +100,8 @@ struct Slots {
     total: usize,
     /// Descriptors borrowed from the ledger: at least `total`, at most a few leases more.
     lent: usize,
+    /// The floors of all keys together: kept connections come on top of `max_idle_total`.
+    floors: usize,
     /// The interval of the sweeper the next call that brings an upstream in starts
     /// ([`IdlePool::sweep_from_first_call`]); taken by that call.
     sweep_deferred: Option<Duration>,
@@ -203,8 +210,10 @@ pub struct IdlePool {
 impl Drop for IdlePool {
     fn drop(&mut self) {
         // The idle connections close with the pool.
-        let lent = self.lock().lent;
-        self.ledger.give_back(lent);
+        let slots = self.lock();
+        self.ledger.give_back(slots.lent);
+        slots.wake_keepers();
+        drop(slots);
         self.sweeper_wake.notify_one();
     }
 }
@@ -280,6 +289,7 @@ impl IdlePool {
             shared_key = self::shared_key(by_key, key);
             if let Some(upstream) = by_key.get_mut(key) {
                 found = take_idle(upstream, total, now, self.limits.idle_timeout, &mut closed);
+                upstream.wake_keeper_if_short();
             }
             slots.return_spare(&self.ledger);
         }
@@ -409,8 +419,9 @@ impl IdlePool {
             pool: self.clone(),
             key: key.clone(),
         };
-        if let Some(connection) = take_idle(upstream, total, now, self.limits.idle_timeout, closed)
-        {
+        let taken = take_idle(upstream, total, now, self.limits.idle_timeout, closed);
+        upstream.wake_keeper_if_short();
+        if let Some(connection) = taken {
             return Some(Checkout::Idle(slot, connection));
         }
         if regardless || self.may_connect(upstream) {
@@ -467,16 +478,19 @@ impl IdlePool {
                 by_key,
                 total,
                 lent,
+                floors,
                 ..
             } = &mut *slots;
             let upstream = by_key.entry(key.clone()).or_default();
-            if upstream.idle.len() >= self.limits.max_idle_per_key {
+            // A floor raises its key's cap to itself, and the total's by all floors.
+            let per_key = self.limits.max_idle_per_key.max(upstream.floor_count());
+            if upstream.idle.len() >= per_key {
                 // Keep the newest: the oldest is the likeliest to be closed by the upstream.
                 surplus = Some(upstream.idle.remove(0));
                 *total -= 1;
             }
             // Past the caps, or no descriptor to spare beside the open sessions.
-            let full = *total >= self.limits.max_idle_total;
+            let full = *total >= self.limits.max_idle_total + *floors;
             if full || !borrow_one(*total, lent, &self.ledger) {
                 drop(slots);
                 if !full {

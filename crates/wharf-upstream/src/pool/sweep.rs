@@ -39,6 +39,9 @@ impl IdlePool {
                 }
                 *total -= before - kept.len();
                 *idle = kept;
+                if !stale.is_empty() {
+                    upstream.wake_keeper_if_short();
+                }
                 closed.extend(stale);
                 !upstream.is_unused()
             });

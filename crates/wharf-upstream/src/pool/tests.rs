@@ -413,3 +413,141 @@ async fn a_connection_opened_ahead_is_the_next_calls_and_kept_only_with_a_descri
         other => panic!("the first call should take the connection opened ahead, got {other:?}"),
     }
 }
+
+/// A keeper's function: a plain connect to `address` (the listener's backlog completes it).
+fn opener(
+    address: std::net::SocketAddr,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Connection>> + Send>>
+{
+    move || Box::pin(async move { TcpStream::connect(address).await.map(Connection::new) })
+}
+
+/// Polls (bounded) until `pool` holds `count` idle connections.
+async fn until_idle(pool: &IdlePool, count: usize) {
+    for _ in 0..400 {
+        if pool.idle_count() == count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "expected {count} idle connections, found {}",
+        pool.idle_count()
+    );
+}
+
+#[tokio::test]
+async fn a_floor_is_filled_then_kept_as_calls_take_its_connections() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pool = IdlePool::new(LIMITS);
+    let kept = pool.keep_idle("up", 3);
+    let open = opener(listener.local_addr().unwrap());
+    kept.fill(&open).await.unwrap();
+    assert_eq!(pool.idle_count(), 3, "filled to the floor");
+    let keeper = tokio::spawn(kept.keep(open));
+
+    // Two calls take two: the keeper opens two more while the calls still hold theirs.
+    let (_slot, first) = pool.check_out("up");
+    let second = pool.try_acquire("up");
+    assert!(first.is_some() && matches!(second, Some(Checkout::Idle(..))));
+    until_idle(&pool, 3).await;
+
+    // At the floor, nothing more is opened.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(pool.idle_count(), 3);
+    assert!(!keeper.is_finished());
+}
+
+#[tokio::test]
+async fn a_floor_above_the_caps_raises_them_instead_of_closing_its_own() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // LIMITS keeps at most 4 idle per key.
+    let pool = IdlePool::new(LIMITS);
+    let kept = pool.keep_idle("up", 6);
+    kept.fill(&opener(listener.local_addr().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(pool.idle_count(), 6);
+
+    // Another key still has the pool's cap.
+    let ends = fill(&pool, "other", 5, &listener).await;
+    assert_eq!(ends.len(), 5);
+    assert_eq!(pool.idle_count(), 6 + 4);
+}
+
+#[tokio::test]
+async fn a_keeper_stops_when_the_ledger_has_no_descriptor_to_spare() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ledger = ledger_with_room(2);
+    let pool = IdlePool::with_ledger(LIMITS, ledger.clone());
+    let kept = pool.keep_idle("up", 3);
+    let failure = kept
+        .fill(&opener(listener.local_addr().unwrap()))
+        .await
+        .expect_err("two descriptors for a floor of three");
+    assert!(matches!(failure, KeepFailure::NoRoom(_)), "{failure}");
+    assert_eq!(pool.idle_count(), 2, "as many as the ledger lent");
+    assert_eq!(ledger.lent(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_connect_ends_the_fill_with_the_services_error() {
+    // A port nothing listens on.
+    let address = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let pool = IdlePool::new(LIMITS);
+    let kept = pool.keep_idle("up", 2);
+    match kept.fill(&opener(address)).await {
+        Err(KeepFailure::Open(error)) => {
+            assert_eq!(error.kind(), std::io::ErrorKind::ConnectionRefused)
+        }
+        other => panic!("expected the connect's error, got {other:?}"),
+    }
+    assert_eq!(pool.idle_count(), 0);
+}
+
+#[tokio::test]
+async fn a_keeper_ends_with_its_pool() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pool = IdlePool::new(LIMITS);
+    let kept = pool.keep_idle("up", 1);
+    let keeper = tokio::spawn(kept.keep(opener(listener.local_addr().unwrap())));
+    tokio::task::yield_now().await;
+    drop(pool);
+    tokio::time::timeout(Duration::from_secs(2), keeper)
+        .await
+        .expect("the keeper ends once its pool is gone")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_sweep_wakes_the_keeper_for_connections_it_closed() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let short = PoolLimits {
+        idle_timeout: Duration::from_millis(20),
+        ..LIMITS
+    };
+    let pool = IdlePool::new(short);
+    let kept = pool.keep_idle("up", 2);
+    let open = opener(listener.local_addr().unwrap());
+    kept.fill(&open).await.unwrap();
+    let _keeper = tokio::spawn(kept.keep(open));
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    // Both are past the timeout: the sweep closes them and the keeper opens two anew.
+    pool.sweep();
+    until_idle(&pool, 2).await;
+}
+
+#[tokio::test]
+async fn a_start_opens_one_batch_and_the_keeper_the_rest() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pool = IdlePool::new(LIMITS);
+    let kept = pool.keep_idle("up", 20);
+    let open = opener(listener.local_addr().unwrap());
+    kept.fill_first(&open).await.unwrap();
+    assert_eq!(pool.idle_count(), 8, "one batch before the port listens");
+    let _keeper = tokio::spawn(kept.keep(open));
+    until_idle(&pool, 20).await;
+}
