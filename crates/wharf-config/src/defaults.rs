@@ -86,9 +86,12 @@ pub(crate) const ACK_WAIT: &str = "30s";
 pub(crate) const ROUTE_TIMEOUT: &str = "10s";
 /// Route `retries`.
 pub(crate) const RETRIES: u64 = 1;
-/// Largest route `preconnect`: connections per backend and core, well within the idle
-/// connections a route keeps per backend (256 over all cores).
-pub(crate) const MAX_PRECONNECT: u64 = 64;
+/// Largest `preconnect` (a route's per backend, a proxy's per listed origin): idle
+/// connections kept per upstream and core. Each holds a descriptor here and one at the
+/// upstream; the open-files budget bounds them further.
+pub(crate) const MAX_PRECONNECT: u64 = 1024;
+/// A proxy's `preconnect` when `preconnect_origins` lists origins.
+pub(crate) const PROXY_PRECONNECT: u64 = 1;
 
 /// `telemetry.log_format`.
 pub(crate) const LOG_FORMAT: &str = "pretty";

@@ -195,14 +195,18 @@ pub struct ProxyConfig {
     /// a failing or slow Redis is skipped, never failing a call.
     pub shared_cache: Option<String>,
     /// `preconnect_origins`: origins (`http://host[:port]` or `https://host[:port]`, no
-    /// path) to which one connection is opened on each of the data plane's cores at start,
-    /// before the port listens, and kept idle for the first calls (seed 000: a first call
-    /// that also connects). Default empty. Each must be allowed by `allow_hosts` when that
-    /// is set; the connections go through the same private-network check as calls. An
-    /// origin that cannot be reached then is logged, never a reason not to start; the
-    /// connections close after the idle timeout (90 s) when no call takes them. A reload
-    /// that builds the service anew opens them before the new service takes calls.
+    /// path) to which `preconnect` connections are kept open and idle on each of the data
+    /// plane's cores: opened at start, before the port listens (seed 000: a first call
+    /// that also connects), and opened again in the background when calls take them (seed
+    /// 002: fast calls behind slow ones that hold every pooled connection). Default empty.
+    /// Each must be allowed by `allow_hosts` when that is set; the connections go through
+    /// the same private-network check as calls. An origin that cannot be reached is
+    /// logged at start, never a reason not to start. A reload that builds the service anew
+    /// opens them before the new service takes calls.
     pub preconnect_origins: Vec<Url>,
+    /// `preconnect`: connections kept idle to each of `preconnect_origins` on each core.
+    /// Default 1, range 1..=1024; an error when `preconnect_origins` is not written.
+    pub preconnect: u32,
 }
 
 /// A `type = "route"` service: matching requests go to `backends`.
@@ -241,13 +245,12 @@ pub struct RouteConfig {
     /// `retries`: further attempts after a failed one; only for idempotent
     /// methods or when no byte was sent upstream. Default 1, range 0..=10.
     pub retries: u32,
-    /// `preconnect`: connections opened to each backend on each of the data plane's cores
-    /// at start, before
-    /// the port listens, and kept idle for the first calls (seed 000: a first call that
-    /// also connects). Default 0: none. Range 0..=64. A backend that cannot be reached then
-    /// is logged, never a reason not to start; the connections close after the idle timeout
-    /// (90 s) when no call takes them. A reload that builds the service anew opens them
-    /// before the new service takes calls.
+    /// `preconnect`: connections kept open and idle to each backend on each of the data
+    /// plane's cores: opened at start, before the port listens (seed 000: a first call
+    /// that also connects), and opened again in the background when calls take them (seed
+    /// 002: fast calls behind slow ones). Default 0: none. Range 0..=1024. A backend that
+    /// cannot be reached is logged at start, never a reason not to start. A reload that
+    /// builds the service anew opens them before the new service takes calls.
     pub preconnect: u32,
 }
 

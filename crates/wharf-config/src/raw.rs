@@ -98,6 +98,7 @@ pub(crate) struct RawService {
     pub(crate) remove_headers: Option<RawStringList>,
     pub(crate) timeout: Option<Spanned<RawDuration>>,
     pub(crate) retries: Option<Spanned<u64>>,
+    /// Also a proxy key (connections per `preconnect_origins` entry).
     pub(crate) preconnect: Option<Spanned<u64>>,
 
     // type = "queue" (and `path`, shared with proxy)

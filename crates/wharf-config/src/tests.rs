@@ -129,6 +129,7 @@ fn defaults_filled() {
     assert_eq!(p.max_ttl, Duration::from_secs(86_400));
     assert!(!p.allow_private_networks && p.allow_hosts.is_empty());
     assert!(p.preconnect_origins.is_empty());
+    assert_eq!(p.preconnect, 1);
     assert_eq!(p.connect_timeout, Duration::from_secs(5));
     assert_eq!(p.first_byte_timeout, Duration::from_secs(30));
     assert_eq!(p.total_timeout, Duration::from_secs(300));
@@ -272,6 +273,7 @@ first_byte_timeout = "2s"
 total_timeout = "10m"
 shared_cache = "redis://127.0.0.1:6379/"
 preconnect_origins = ["http://Example.com:8080/", "https://api.example.com:8443"]
+preconnect = 16
 "#);
     let p = proxy(&config, "cache");
     assert_eq!(
@@ -295,6 +297,7 @@ preconnect_origins = ["http://Example.com:8080/", "https://api.example.com:8443"
                 url::Url::parse("http://example.com:8080").unwrap(),
                 url::Url::parse("https://api.example.com:8443").unwrap(),
             ],
+            preconnect: 16,
         }
     );
 }
@@ -476,9 +479,10 @@ fn bad_units_and_ranges() {
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"unix:run.sock\"]", r#"services.r.backends: "unix:run.sock" is not a unix socket"#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nstrategy = \"random\"", r#"services.r.strategy: unknown strategy "random", use "failover", "round_robin" or "least_outstanding""#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nretries = 11", "services.r.retries: 11 is out of range, use 0 to 10"),
-        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\npreconnect = 65", "services.r.preconnect: 65 is out of range, use 0 to 64"),
+        ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\npreconnect = 1025", "services.r.preconnect: 1025 is out of range, use 0 to 1024"),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\npreconnect_origins = [\"http://a\"]", "services.r: `preconnect_origins` is not a key of a route service (it is a proxy key)"),
-        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\npreconnect = 1", "services.p: `preconnect` is not a key of a proxy service (it is a route key)"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\npreconnect = 2", "services.p.preconnect: counts connections to the origins in `preconnect_origins`, which lists none (add the origins there, or remove this key)"),
+        ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\npreconnect_origins = [\"http://a\"]\npreconnect = 0", "services.p.preconnect: 0 is out of range, use 1 to 1024"),
         ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\nallow_hosts = [\"a:81\"]\npreconnect_origins = [\"http://a\"]", r#"services.p.preconnect_origins: "http://a" is not in allow_hosts, so no call could use its connections (add "a:80" there)"#),
         ("[services.p]\ntype = \"proxy\"\npath = \"/p\"\npreconnect_origins = [\"http://a\", \"http://a:80/\"]", r#"services.p.preconnect_origins: "http://a:80/" is listed twice"#),
         ("[services.r]\ntype = \"route\"\npath_prefix = \"/r\"\nbackends = [\"http://a\"]\nmethods = [\"GET\", \"get\"]", "services.r.methods: GET is listed twice"),

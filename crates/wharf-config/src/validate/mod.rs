@@ -314,7 +314,13 @@ fn service(
     };
     let (kind, path_span) = match kind.get_ref().as_str() {
         "proxy" => {
-            let mut foreign = owned(raw.route_keys(), "route");
+            // `preconnect` is a key of both routes and proxies.
+            let route_only = raw
+                .route_keys()
+                .into_iter()
+                .filter(|(key, _)| *key != "preconnect")
+                .collect();
+            let mut foreign = owned(route_only, "route");
             foreign.extend(owned(raw.queue_keys(), "queue"));
             foreign_keys(c, &table, "proxy", foreign, &name_span);
             let proxy = proxy::proxy(c, &table, raw, &name_span);

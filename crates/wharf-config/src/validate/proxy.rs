@@ -102,6 +102,20 @@ pub(super) fn proxy(
             })
         })
         .unwrap_or_default();
+    let preconnect = c.count(
+        &key("preconnect"),
+        &raw.preconnect,
+        defaults::PROXY_PRECONNECT,
+        1..=defaults::MAX_PRECONNECT,
+    );
+    if let (Some(written), true) = (&raw.preconnect, raw.preconnect_origins.is_none()) {
+        c.report(
+            Some(written.span()),
+            &key("preconnect"),
+            "counts connections to the origins in `preconnect_origins`, which lists none \
+             (add the origins there, or remove this key)",
+        );
+    }
 
     ProxyConfig {
         path,
@@ -115,6 +129,8 @@ pub(super) fn proxy(
         total_timeout,
         shared_cache,
         preconnect_origins,
+        // At most MAX_PRECONNECT (1024).
+        preconnect: u32::try_from(preconnect).unwrap_or(u32::MAX),
     }
 }
 

@@ -157,7 +157,7 @@ pub(super) fn route(
         timeout,
         // At most MAX_RETRIES (10).
         retries: u32::try_from(retries).unwrap_or(u32::MAX),
-        // At most MAX_PRECONNECT (64).
+        // At most MAX_PRECONNECT (1024).
         preconnect: u32::try_from(preconnect).unwrap_or(u32::MAX),
     }
 }
