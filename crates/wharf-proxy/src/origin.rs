@@ -1,7 +1,7 @@
 //! Requests to origins: connect through the SSRF guard (or reuse a pooled connection), send
 //! `GET`, wait for the response head within `first_byte_timeout`, and map what goes wrong
-//! before that head to a [`ProxyError`]. Connections opened ahead of the first calls
-//! (`preconnect_origins`) go through the same guard into the same pools.
+//! before that head to a [`ProxyError`]. Connections kept open ahead of calls
+//! (`preconnect_origins`, `preconnect`) go through the same guard into the same pools.
 //!
 //! The exchange runs in the calling task ([`wharf_upstream`]): the response body is read from
 //! the origin's socket as the client's side polls it, and the connection returns to the pool
@@ -18,7 +18,8 @@ use tracing::debug;
 use url::Url;
 use wharf_config::ProxyConfig;
 use wharf_upstream::{
-    Checkout, ConnectPermit, Connection, HeadFields, PoolLimits, PoolShards, PoolSlot, ResponseBody,
+    Checkout, ConnectPermit, Connection, HeadFields, KeepFailure, PoolLimits, PoolShards, PoolSlot,
+    ResponseBody,
 };
 
 use crate::connector::{ConnectError, GuardedConnector};
@@ -178,18 +179,39 @@ impl Origin {
             .map_err(|failure| self.unavailable(target, &failure.error))
     }
 
-    /// Opens a connection to `origin` (`scheme://host[:port]`, checked as a call's would be)
-    /// and keeps it idle in this thread's pool for the next call there: a service's
+    /// Keeps `count` connections to `origin` (`scheme://host[:port]`, checked as a call's
+    /// would be) idle in this thread's pool for the calls there: opens them now, then
+    /// leaves a task on this thread's runtime that opens them again as calls take them
+    /// (`wharf_upstream::KeptIdle`), for as long as the service lives. A service's
     /// `preconnect_origins`, run on each core at start. What went wrong, one line.
-    pub(crate) async fn preconnect(&self, origin: &Url) -> Option<String> {
-        let connection = match self.connect(origin).await {
-            Ok(connection) => connection,
-            Err(error) => return Some(error.to_string()),
+    pub(crate) async fn preconnect(&self, origin: &Url, count: u32) -> Option<String> {
+        let kept = self
+            .inner
+            .pool
+            .here()
+            .keep_idle(pool_key(origin), count as usize);
+        // The keeper holds the service weakly: a reload that drops it ends the keeper.
+        let service = Arc::downgrade(&self.inner);
+        let target = origin.clone();
+        let open = move || {
+            let service = service.upgrade();
+            let target = target.clone();
+            async move {
+                match service {
+                    Some(inner) => Origin { inner }.connect(&target).await,
+                    None => Err(ProxyError::OriginUnavailable {
+                        origin: origin_label(&target),
+                        message: "the service was replaced".to_owned(),
+                    }),
+                }
+            }
         };
-        let pool = self.inner.pool.here();
-        let kept = pool.keep_opened_ahead(pool_key(origin), connection);
-        kept.err()
-            .map(|no_room| format!("{}: {no_room}", origin_label(origin)))
+        let filled = kept.fill_first(&open).await;
+        tokio::spawn(kept.keep(open));
+        filled.err().map(|failure| match failure {
+            KeepFailure::Open(error) => error.to_string(),
+            KeepFailure::NoRoom(no_room) => format!("{}: {no_room}", origin_label(origin)),
+        })
     }
 
     fn unavailable(&self, target: &Target, error: &wharf_upstream::UpstreamError) -> ProxyError {

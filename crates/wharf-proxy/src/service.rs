@@ -57,8 +57,10 @@ struct Inner {
     shared: Option<Arc<SharedTier>>,
     /// How long a cross-instance fill lease lasts (see [`LEASE_TTL_CAP`]).
     lease_ttl: Duration,
-    /// Origins to open a connection to on each core at start (`preconnect_origins`).
+    /// Origins to keep connections open to on each core (`preconnect_origins`).
     preconnect_origins: Vec<Url>,
+    /// Connections kept to each of them on each core (`preconnect`).
+    preconnect: u32,
 }
 
 impl ProxyService {
@@ -121,13 +123,15 @@ impl ProxyService {
                 lease_ttl: (config.first_byte_timeout * 2)
                     .clamp(Duration::from_secs(1), LEASE_TTL_CAP),
                 preconnect_origins: config.preconnect_origins.clone(),
+                preconnect: config.preconnect,
             }),
         }
     }
 
-    /// The connections to open ahead of the first calls, one to each of
+    /// The connections to keep open ahead of calls, `preconnect` to each of
     /// `preconnect_origins` on the core the work runs on (see
-    /// [`wharf_host::HostBuilder::on_each_core`]); `None` when none are configured. The
+    /// [`wharf_host::HostBuilder::on_each_core`]): opened by the work, and again by a task
+    /// it leaves on that core as calls take them. `None` when no origin is configured. The
     /// work yields one line for each origin that could not be reached.
     pub fn preconnect_work(&self) -> Option<CoreWork> {
         if self.inner.preconnect_origins.is_empty() {
@@ -139,7 +143,7 @@ impl ProxyService {
                 let attempts = inner
                     .preconnect_origins
                     .iter()
-                    .map(|origin| inner.origin.preconnect(origin));
+                    .map(|origin| inner.origin.preconnect(origin, inner.preconnect));
                 let failures = futures_util::future::join_all(attempts).await;
                 failures.into_iter().flatten().collect()
             },

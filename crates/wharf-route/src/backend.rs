@@ -2,6 +2,7 @@
 //! calls it has outstanding.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use url::Url;
@@ -134,20 +135,29 @@ impl Backend {
         }
     }
 
-    /// Opens `count` connections and keeps them idle in this thread's pool for the next
-    /// calls: the route's `preconnect`, run on each core at start. What went wrong, one
-    /// line (the first failure ends the attempt: the next connect would meet the same).
-    pub(crate) async fn preconnect(&self, count: u32) -> Option<String> {
-        for _ in 0..count {
-            let connection = match pool::connect(&self.address).await {
-                Ok(connection) => connection,
-                Err(error) => return Some(format!("backend {}: {error}", self.label)),
-            };
-            if let Err(no_room) = self.pool.here().keep_opened_ahead(&self.label, connection) {
-                return Some(format!("backend {}: {no_room}", self.label));
+    /// Keeps `count` connections idle in this thread's pool for the calls: opens them now,
+    /// then leaves a task on this thread's runtime that opens them again as calls take them
+    /// (`wharf_upstream::KeptIdle`), for as long as the backend lives. The route's
+    /// `preconnect`, run on each core at start. What went wrong, one line (the first failure
+    /// ends the attempt: the next connect would meet the same).
+    pub(crate) async fn preconnect(self: &Arc<Self>, count: u32) -> Option<String> {
+        let kept = self.pool.here().keep_idle(&self.label, count as usize);
+        // The keeper holds the backend weakly: a reload that drops it ends the keeper.
+        let backend = Arc::downgrade(self);
+        let open = move || {
+            let backend = backend.upgrade();
+            async move {
+                match backend {
+                    Some(backend) => pool::connect(&backend.address).await,
+                    None => Err(std::io::Error::other("the route was replaced")),
+                }
             }
-        }
-        None
+        };
+        let filled = kept.fill_first(&open).await;
+        tokio::spawn(kept.keep(open));
+        filled
+            .err()
+            .map(|failure| format!("backend {}: {failure}", self.label))
     }
 
     /// A new connection, never a pooled one (after a pooled one turned out closed).
