@@ -164,11 +164,6 @@ impl IdlePool {
 }
 
 impl KeptIdle {
-    /// The upstream key kept.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
     /// Opens connections with `open` until the floor is met, [`OPEN_AT_ONCE`] at a time, and
     /// keeps them idle; the first failure ends it (the next attempt would likely meet the
     /// same). Done at once when the pool is gone.
