@@ -307,21 +307,18 @@ fn service(
         queue_timeout,
     };
 
-    let owned = |keys: Vec<crate::raw::PresentKey>, owner: &'static str| {
+    // The keys written that belong to type `owner`, except `shared`: keys of the table's own
+    // type too (`path` of proxies and queues, `preconnect` of routes and proxies).
+    let owned = |keys: Vec<crate::raw::PresentKey>, owner: &'static str, shared: &[&str]| {
         keys.into_iter()
+            .filter(|(key, _)| !shared.contains(key))
             .map(move |key| (key, owner))
             .collect::<Vec<_>>()
     };
     let (kind, path_span) = match kind.get_ref().as_str() {
         "proxy" => {
-            // `preconnect` is a key of both routes and proxies.
-            let route_only = raw
-                .route_keys()
-                .into_iter()
-                .filter(|(key, _)| *key != "preconnect")
-                .collect();
-            let mut foreign = owned(route_only, "route");
-            foreign.extend(owned(raw.queue_keys(), "queue"));
+            let mut foreign = owned(raw.route_keys(), "route", &["preconnect"]);
+            foreign.extend(owned(raw.queue_keys(), "queue", &[]));
             foreign_keys(c, &table, "proxy", foreign, &name_span);
             let proxy = proxy::proxy(c, &table, raw, &name_span);
             (
@@ -330,14 +327,8 @@ fn service(
             )
         }
         "queue" => {
-            // `path` is a key of both proxies and queues.
-            let proxy_only = raw
-                .proxy_keys()
-                .into_iter()
-                .filter(|(key, _)| *key != "path")
-                .collect();
-            let mut foreign = owned(proxy_only, "proxy");
-            foreign.extend(owned(raw.route_keys(), "route"));
+            let mut foreign = owned(raw.proxy_keys(), "proxy", &["path"]);
+            foreign.extend(owned(raw.route_keys(), "route", &[]));
             foreign_keys(c, &table, "queue", foreign, &name_span);
             let queue = queue::queue(c, &table, raw, &name_span);
             (
@@ -346,8 +337,8 @@ fn service(
             )
         }
         _ => {
-            let mut foreign = owned(raw.proxy_keys(), "proxy");
-            foreign.extend(owned(raw.queue_keys(), "queue"));
+            let mut foreign = owned(raw.proxy_keys(), "proxy", &[]);
+            foreign.extend(owned(raw.queue_keys(), "queue", &[]));
             foreign_keys(c, &table, "route", foreign, &name_span);
             let route = route::route(c, &table, raw, &name_span);
             let span = raw.path_prefix.as_ref().map(Spanned::span);
