@@ -1,6 +1,6 @@
 //! The service catalogue: which crate builds each configured service type,
 //! where it is mounted, which services a reload may keep as they are, and the
-//! connections the services open ahead of their first calls (`preconnect`).
+//! connections the services keep open ahead of calls (`preconnect`).
 
 use std::sync::Arc;
 use std::time::Duration;

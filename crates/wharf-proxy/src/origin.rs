@@ -180,9 +180,8 @@ impl Origin {
     }
 
     /// Keeps `count` connections to `origin` (`scheme://host[:port]`, checked as a call's
-    /// would be) idle in this thread's pool for the calls there: opens them now, then
-    /// leaves a task on this thread's runtime that opens them again as calls take them
-    /// (`wharf_upstream::KeptIdle`), for as long as the service lives. A service's
+    /// would be) idle in this thread's pool for the calls there, opened again as calls take
+    /// them for as long as the service lives (`wharf_upstream::KeptIdle::start`). A service's
     /// `preconnect_origins`, run on each core at start. What went wrong, one line.
     pub(crate) async fn preconnect(&self, origin: &Url, count: u32) -> Option<String> {
         let kept = self
@@ -206,9 +205,7 @@ impl Origin {
                 }
             }
         };
-        let filled = kept.fill_first(&open).await;
-        tokio::spawn(kept.keep(open));
-        filled.err().map(|failure| match failure {
+        kept.start(open).await.err().map(|failure| match failure {
             KeepFailure::Open(error) => error.to_string(),
             KeepFailure::NoRoom(no_room) => format!("{}: {no_room}", origin_label(origin)),
         })

@@ -135,9 +135,8 @@ impl Backend {
         }
     }
 
-    /// Keeps `count` connections idle in this thread's pool for the calls: opens them now,
-    /// then leaves a task on this thread's runtime that opens them again as calls take them
-    /// (`wharf_upstream::KeptIdle`), for as long as the backend lives. The route's
+    /// Keeps `count` connections idle in this thread's pool for the calls, opened again as
+    /// calls take them for as long as the backend lives (`wharf_upstream::KeptIdle::start`). The route's
     /// `preconnect`, run on each core at start. What went wrong, one line (the first failure
     /// ends the attempt: the next connect would meet the same).
     pub(crate) async fn preconnect(self: &Arc<Self>, count: u32) -> Option<String> {
@@ -153,9 +152,8 @@ impl Backend {
                 }
             }
         };
-        let filled = kept.fill_first(&open).await;
-        tokio::spawn(kept.keep(open));
-        filled
+        kept.start(open)
+            .await
             .err()
             .map(|failure| format!("backend {}: {failure}", self.label))
     }

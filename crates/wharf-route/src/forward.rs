@@ -46,7 +46,7 @@ struct Route {
     balancer: Balancer,
     timeout: Duration,
     retries: u32,
-    /// Connections to open to each backend on each core at start (`preconnect`).
+    /// Connections kept idle to each backend on each core (`preconnect`).
     preconnect: u32,
 }
 
@@ -91,9 +91,10 @@ impl RouteService {
         })
     }
 
-    /// The connections to open ahead of the first calls: `preconnect` to each backend on
-    /// the core the work runs on (see [`wharf_host::HostBuilder::on_each_core`]); `None`
-    /// when `preconnect` is 0. The work yields one line for each backend that could not be
+    /// The connections to keep open ahead of calls, `preconnect` to each backend on the core
+    /// the work runs on (see [`wharf_host::HostBuilder::on_each_core`]): opened by the work,
+    /// and again by a task it leaves on that core as calls take them. `None` when
+    /// `preconnect` is 0. The work yields one line for each backend that could not be
     /// reached.
     pub fn preconnect_work(&self) -> Option<CoreWork> {
         let count = self.route.preconnect;

@@ -4,7 +4,7 @@ use std::io;
 
 use wharf_http1::MessageError;
 
-/// A connection the idle pool would not keep ([`crate::IdlePool::keep_opened_ahead`]): the
+/// A connection opened ahead that the idle pool would not keep ([`crate::KeepFailure`]): the
 /// pool's caps are reached, or the open sessions may need its descriptor. It was closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("no room in the idle pool (its caps, or no descriptor to spare)")]

@@ -451,10 +451,10 @@ impl IdlePool {
         }
     }
 
-    /// Keeps `connection`, opened ahead of any call (a service's `preconnect`), idle under
-    /// `key` for the calls to come, within the same bounds as a connection a call returned;
-    /// [`NoRoom`] when it was closed instead.
-    pub fn keep_opened_ahead(
+    /// Keeps `connection`, opened ahead of any call (by a [`KeptIdle`]), idle under `key` for
+    /// the calls to come, within the same bounds as a connection a call returned; [`NoRoom`]
+    /// when it was closed instead.
+    pub(crate) fn keep_opened_ahead(
         self: &Arc<Self>,
         key: &str,
         connection: Connection,

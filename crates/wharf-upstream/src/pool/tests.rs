@@ -546,8 +546,7 @@ async fn a_start_opens_one_batch_and_the_keeper_the_rest() {
     let pool = IdlePool::new(LIMITS);
     let kept = pool.keep_idle("up", 20);
     let open = opener(listener.local_addr().unwrap());
-    kept.fill_first(&open).await.unwrap();
+    kept.start(open).await.unwrap();
     assert_eq!(pool.idle_count(), 8, "one batch before the port listens");
-    let _keeper = tokio::spawn(kept.keep(open));
     until_idle(&pool, 20).await;
 }
