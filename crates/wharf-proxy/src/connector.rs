@@ -1,6 +1,6 @@
 //! The proxy's only way to an origin: resolve, check every address, then connect to one of them.
 //!
-//! [`GuardedConnector::connect`] does its own name resolution and hands
+//! [`GuardedConnector::connect`] resolves the name itself (through [`NameCache`]) and hands
 //! [`DestinationPolicy::check_addr`] every resolved address before connecting to any, so the
 //! address checked is the address connected to (no DNS rebinding between check and connect).
 //! TLS and HTTP are the origin client's (`crate::origin`); no proxy environment variable
@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 use url::Host;
+use wharf_upstream::NameCache;
 
 use crate::destination::{DestinationPolicy, Refusal};
 
@@ -117,20 +118,23 @@ impl GuardedConnector {
     }
 }
 
-/// The addresses of `host`: the literal itself, or what the system resolver returns.
-#[allow(clippy::disallowed_methods)] // the SSRF connector is the one place that resolves
+/// The addresses of `host`: the literal itself, or what the system resolver returns (held
+/// for a while and shared by concurrent connects: [`NameCache`]).
 async fn resolve(host: &Host<&str>, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
     let name = match host {
         Host::Ipv4(ip) => return Ok(vec![SocketAddr::new((*ip).into(), port)]),
         Host::Ipv6(ip) => return Ok(vec![SocketAddr::new((*ip).into(), port)]),
         Host::Domain(name) => *name,
     };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name, port))
+    let addrs: Vec<SocketAddr> = NameCache::system()
+        .addresses(name)
         .await
         .map_err(|source| ConnectError::Resolve {
             host: name.to_owned(),
             source,
         })?
+        .iter()
+        .map(|ip| SocketAddr::new(*ip, port))
         .collect();
     tracing::debug!(host = %name, addrs = ?addrs, "origin resolved");
     Ok(addrs)

@@ -2,12 +2,14 @@
 //! connection is opened. Idle ones are kept by the backend's [`wharf_upstream::IdlePool`].
 
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
-use wharf_upstream::Connection;
+use wharf_upstream::{Connection, NameCache};
 
 /// Where a backend is reached.
 #[derive(Clone)]
@@ -36,24 +38,87 @@ impl std::fmt::Debug for Address {
 }
 
 /// Opens a new connection to `address`.
-#[allow(clippy::disallowed_methods)] // backends are configured, not client-supplied: no SSRF guard
 pub(crate) async fn connect(address: &Address) -> io::Result<Connection> {
     Ok(match address {
-        Address::Tcp { host, port } => {
-            let tcp = TcpStream::connect((host.as_str(), *port)).await?;
-            tcp.set_nodelay(true)?;
-            Connection::new(tcp)
-        }
+        Address::Tcp { host, port } => Connection::new(connect_tcp(host, *port).await?),
         Address::Tls {
             host,
             port,
             name,
             connector,
         } => {
-            let tcp = TcpStream::connect((host.as_str(), *port)).await?;
-            tcp.set_nodelay(true)?;
+            let tcp = connect_tcp(host, *port).await?;
             Connection::new(connector.connect(name.clone(), tcp).await?)
         }
         Address::Unix(path) => Connection::new(UnixStream::connect(path).await?),
     })
+}
+
+/// A TCP connection (with `TCP_NODELAY`) to the first address of `host` that accepts one,
+/// in the resolver's order. The name's addresses come from [`NameCache`]: a wave of new
+/// connections to a backend makes one lookup, not one blocking thread each.
+#[allow(clippy::disallowed_methods)] // backends are configured, not client-supplied: no SSRF guard
+async fn connect_tcp(host: &str, port: u16) -> io::Result<TcpStream> {
+    // An IPv6 literal comes as the URL writes it, in brackets.
+    let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let addresses = match literal.unwrap_or(host).parse::<IpAddr>() {
+        Ok(ip) => Arc::from([ip]),
+        Err(_) => NameCache::system().addresses(host).await?,
+    };
+    let mut last_error = None;
+    for ip in addresses.iter() {
+        match TcpStream::connect(SocketAddr::new(*ip, port)).await {
+            Ok(tcp) => {
+                tcp.set_nodelay(true)?;
+                return Ok(tcp);
+            }
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{host} resolved to no address"),
+        )
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the test's own listener
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn backends_are_reached_by_name_and_by_literal() {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        for host in ["127.0.0.1", "localhost", "LOCALHOST"] {
+            let tcp = connect_tcp(host, port).await;
+            let tcp = tcp.unwrap_or_else(|e| panic!("{host}: {e}"));
+            assert!(tcp.nodelay().unwrap(), "{host}: TCP_NODELAY set");
+            let (accepted, _) = listener.accept().await.unwrap();
+            assert_eq!(accepted.peer_addr().unwrap(), tcp.local_addr().unwrap());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bracketed_ipv6_literal_is_an_address_not_a_name() {
+        // Nothing listens on this port of ::1 (or IPv6 is off): either way the connect is
+        // tried, where the name "[::1]" would have failed in the resolver.
+        let error = connect_tcp("[::1]", 9).await.unwrap_err();
+        assert!(
+            matches!(
+                error.kind(),
+                io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::AddrNotAvailable
+                    | io::ErrorKind::NetworkUnreachable
+                    | io::ErrorKind::HostUnreachable
+            ),
+            "{error:?}"
+        );
+    }
 }

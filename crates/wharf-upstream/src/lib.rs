@@ -13,10 +13,11 @@
 //! - [`ResponseBody`]: the streamed response body, which returns its connection to the pool;
 //! - [`IdlePool`] / [`PoolSlot`]: bounded idle keep-alive connections by upstream;
 //! - [`UpstreamStream`]: TCP, TLS or Unix socket; [`tls_connector`] for `https://`;
+//! - [`NameCache`]: upstream host names, looked up once by concurrent connects and held;
 //! - [`UpstreamError`] / [`SendError`]: what broke, and whether a retry is safe.
 //!
-//! Connecting (name resolution, the proxy's SSRF checks, timeouts) is the caller's: this crate
-//! starts from a connected socket. Heads and framing are `wharf-http1`'s (RFC 9112 §6.3:
+//! Connecting (the proxy's SSRF checks, timeouts) is the caller's, with addresses from
+//! [`NameCache`]: this crate starts from a connected socket. Heads and framing are `wharf-http1`'s (RFC 9112 §6.3:
 //! content-length, chunked, close-delimited), strictly: ambiguous framing is an error, and a
 //! connection is reused only after a response read exactly to its end.
 
@@ -24,6 +25,7 @@ mod body;
 mod connection;
 mod error;
 mod exchange;
+mod names;
 mod pool;
 mod request;
 mod shards;
@@ -34,6 +36,7 @@ pub use body::ResponseBody;
 pub use connection::Connection;
 pub use error::{NoRoom, SendError, UpstreamError};
 pub use exchange::Exchange;
+pub use names::NameCache;
 pub use pool::{Checkout, ConnectPermit, IdlePool, KeepFailure, KeptIdle, PoolLimits, PoolSlot};
 pub use request::{EncodedRequest, RequestHead};
 pub use shards::PoolShards;
