@@ -2,6 +2,7 @@
 //! request bodies (length, chunked, 100-continue, left unread), HEAD, broken response bodies,
 //! HTTP/1.0, the session timeouts, a client that leaves mid-call, HTTP/2 prior knowledge.
 #![allow(clippy::unwrap_used)]
+#![allow(clippy::disallowed_methods)] // raw clients of the servers the tests start
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,6 +4,7 @@
 //! binary with a single test: the counters are process-wide, and no other test may read,
 //! parse or respond meanwhile.
 #![allow(clippy::unwrap_used)]
+#![allow(clippy::disallowed_methods)] // raw clients of the servers the tests start
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Exchanges against scripted upstreams on loopback: framing, reuse, truncation, request
 //! bodies, early answers, interim responses.
 #![allow(clippy::unwrap_used)]
+#![allow(clippy::disallowed_methods)] // raw clients of the servers the tests start
 
 use std::convert::Infallible;
 use std::os::fd::AsFd;

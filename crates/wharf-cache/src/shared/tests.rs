@@ -7,6 +7,7 @@ use wharf_metrics::Metrics;
 
 const REDIS: &str = "redis://127.0.0.1:6379";
 
+#[allow(clippy::disallowed_methods)] // a probe of the test's Redis, not an upstream
 async fn redis_is_up() -> bool {
     let up = tokio::time::timeout(
         Duration::from_millis(500),

@@ -441,6 +441,7 @@ impl MessageWriter {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the tests dial their own listeners
 mod tests {
     use super::*;
     use futures_util::stream;

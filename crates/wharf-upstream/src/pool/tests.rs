@@ -1,3 +1,6 @@
+// The tests dial their own loopback listeners.
+#![allow(clippy::disallowed_methods)]
+
 use super::*;
 use crate::error::NoRoom;
 use tokio::net::{TcpListener, TcpStream};
