@@ -153,6 +153,7 @@ fn server_changes(old: &ServerConfig, new: &ServerConfig) -> Vec<&'static str> {
     check("busy_poll_us", old.busy_poll != new.busy_poll);
     check("keep_warm", old.keep_warm != new.keep_warm);
     check("splice_bodies", old.splice_bodies != new.splice_bodies);
+    check("resolve_hold", old.resolve_hold != new.resolve_hold);
     check("tls_cert/tls_key", old.tls != new.tls);
     check("listen_unix", old.listen_unix != new.listen_unix);
     check("admin_token", old.admin_token != new.admin_token);
@@ -187,6 +188,7 @@ mod tests {
             ("busy_poll_us = 50", "busy_poll_us"),
             ("keep_warm = \"200ms\"", "keep_warm"),
             ("splice_bodies = true", "splice_bodies"),
+            ("resolve_hold = \"1m\"", "resolve_hold"),
             ("listen_unix = \"/tmp/wharf-reload.sock\"", "listen_unix"),
             ("admin_token = \"0123456789abcdef\"", "admin_token"),
         ] {

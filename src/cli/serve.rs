@@ -76,6 +76,9 @@ pub(crate) async fn run(
         overrides,
     } = loaded;
 
+    // Process-wide, like the resolver it fronts; a reload reports a change as needing a
+    // restart, as every `[server]` key.
+    wharf_upstream::NameCache::system().set_hold(config.server.resolve_hold);
     let phase_started = Instant::now();
     let (builder, catalogue) = wharf::assemble(&config)?;
     let services_init = phase_started.elapsed();

@@ -28,6 +28,11 @@ pub(crate) const KEEP_WARM: &str = "0s";
 pub(crate) const MIN_KEEP_WARM: &str = "10ms";
 /// The longest `server.keep_warm`: pages left a minute are cold on the hosts it is for.
 pub(crate) const MAX_KEEP_WARM: &str = "60s";
+/// `server.resolve_hold`: HAProxy's resolvers hold a valid answer as long by default, and
+/// `getaddrinfo` says nothing of a record's TTL.
+pub(crate) const RESOLVE_HOLD: &str = "10s";
+/// The longest `server.resolve_hold`: a name that moves is followed within it.
+pub(crate) const MAX_RESOLVE_HOLD: &str = "1h";
 
 /// `queue_timeout`, every service type.
 pub(crate) const QUEUE_TIMEOUT: &str = "5s";

@@ -75,6 +75,11 @@ pub struct ServerConfig {
     /// 14 % less at the same rate in one lab on a third), and a spliced body keeps a
     /// same-host origin's pages referenced until the client has read them.
     pub splice_bodies: bool,
+    /// `resolve_hold`: how long the addresses a host name of a backend or an origin resolved
+    /// to are used after the lookup answered (connects to a name while its lookup is under
+    /// way wait for it either way). Default 10 s (HAProxy's `hold valid`); `"0s"` looks the
+    /// name up again at each connect; at most 1 h. A name that moves is followed within it.
+    pub resolve_hold: Duration,
     /// `tls_cert` and `tls_key`: when both are set, `listen` speaks TLS (ALPN h2 and
     /// http/1.1) with this PEM certificate chain and key. Default: plain TCP. Setting one
     /// without the other is an error; files must exist when the config is checked.

@@ -56,6 +56,7 @@ pub(crate) struct RawServer {
     pub(crate) busy_poll_us: Option<Spanned<u64>>,
     pub(crate) keep_warm: Option<Spanned<RawDuration>>,
     pub(crate) splice_bodies: Option<Spanned<bool>>,
+    pub(crate) resolve_hold: Option<Spanned<RawDuration>>,
     pub(crate) tls_cert: Option<Spanned<String>>,
     pub(crate) tls_key: Option<Spanned<String>>,
     pub(crate) listen_unix: Option<Spanned<String>>,

@@ -106,6 +106,7 @@ fn defaults_filled() {
         "busy polling is off by default"
     );
     assert_eq!(server.keep_warm, None, "keep-warm is off by default");
+    assert_eq!(server.resolve_hold, Duration::from_secs(10));
 
     let config = ok(&format!(
         "{MINIMAL_ROUTE}\n[services.p]\ntype = \"proxy\"\npath = \"/p\"\n"
@@ -161,6 +162,7 @@ cpu_steering = true
 busy_poll_us = 50
 keep_warm = "250ms"
 splice_bodies = true
+resolve_hold = "0s"
 
 [services.orders]
 type = "route"
@@ -199,6 +201,11 @@ strategy = "round_robin"
     assert!(config.server.splice_bodies);
     assert_eq!(config.server.busy_poll, Duration::from_micros(50));
     assert_eq!(config.server.keep_warm, Some(Duration::from_millis(250)));
+    assert_eq!(
+        config.server.resolve_hold,
+        Duration::ZERO,
+        "no hold is allowed"
+    );
 
     let service = config.service("orders").expect("orders");
     assert_eq!(service.type_name(), "route");
@@ -382,6 +389,16 @@ fn wrong_toml_type() {
             format!("wharf.toml:2: server.keep_warm: {shown} is out of range, use \"0s\" (off) or 10ms to 60s")
         );
     }
+    let p = problem("[server]\nresolve_hold = \"2h\"\n");
+    assert_eq!(
+        p,
+        "wharf.toml:2: server.resolve_hold: \"2h\" is too long, the maximum is 1h"
+    );
+    let p = problem("[server]\nresolve_hold = \"soon\"\n");
+    assert!(
+        p.starts_with("wharf.toml:2: server.resolve_hold: \"soon\" is not a duration"),
+        "{p}"
+    );
     let p = problem("[server]\nkeep_warm = \"often\"\n");
     assert!(
         p.starts_with("wharf.toml:2: server.keep_warm: \"often\" is not a duration"),

@@ -1,5 +1,5 @@
 //! Host names of upstreams, resolved once however many connects ask at the same time, and
-//! held for [`NameCache::HOLD`] after that.
+//! held for a while after that (`server.resolve_hold`, by default [`NameCache::HOLD`]).
 //!
 //! Why: the system resolver (`getaddrinfo`) blocks, so tokio runs each lookup on a thread of
 //! its blocking pool. Resolving at every connect made a wave of new connections to one name
@@ -21,6 +21,7 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -37,8 +38,9 @@ type LookupFn = dyn Fn(&str) -> LookupFuture + Send + Sync;
 pub struct NameCache {
     /// The lookup of each name: under way, or answered (and then held for `hold`).
     lookups: Mutex<HashMap<Box<str>, Arc<Lookup>>>,
-    /// How long an answer is used: [`NameCache::HOLD`] for the system's.
-    hold: Duration,
+    /// How long an answer is used, in nanoseconds: [`NameCache::HOLD`] for the system's
+    /// until [`NameCache::set_hold`] (the binary sets `server.resolve_hold` at start).
+    hold_nanos: AtomicU64,
     /// Names kept at most: [`NameCache::MAX_NAMES`] for the system's.
     max_names: usize,
     /// Looks one name up.
@@ -101,10 +103,22 @@ impl NameCache {
     {
         NameCache {
             lookups: Mutex::new(HashMap::default()),
-            hold,
+            hold_nanos: AtomicU64::new(nanos(hold)),
             max_names,
             lookup: Box::new(lookup),
         }
+    }
+
+    /// From now on, answers are used for `hold` after their lookup (answers held now
+    /// included); `Duration::ZERO` looks each connect's name up again (connects at the same
+    /// time still share a lookup).
+    pub fn set_hold(&self, hold: Duration) {
+        self.hold_nanos.store(nanos(hold), Ordering::Relaxed);
+    }
+
+    /// How long answers are used.
+    pub fn hold(&self) -> Duration {
+        Duration::from_nanos(self.hold_nanos.load(Ordering::Relaxed))
     }
 
     /// The addresses of `name` (compared without regard to ASCII case): the answer of a
@@ -146,19 +160,20 @@ impl NameCache {
     fn lookup_for(&self, name: &str) -> Arc<Lookup> {
         let key = name.to_ascii_lowercase();
         let now = Instant::now();
+        let hold = self.hold();
         let mut lookups = match self.lookups.lock() {
             Ok(lookups) => lookups,
             // A panic under this lock can leave at most one lookup missing or stale.
             Err(poisoned) => poisoned.into_inner(),
         };
         if let Some(lookup) = lookups.get(key.as_str()) {
-            if lookup.usable(now, self.hold) {
+            if lookup.usable(now, hold) {
                 return lookup.clone();
             }
         }
         let lookup = Arc::new(Lookup::default());
         if lookups.len() >= self.max_names && !lookups.contains_key(key.as_str()) {
-            lookups.retain(|_, held| held.usable(now, self.hold));
+            lookups.retain(|_, held| held.usable(now, hold));
         }
         if lookups.len() < self.max_names || lookups.contains_key(key.as_str()) {
             lookups.insert(key.into(), lookup.clone());
@@ -176,10 +191,15 @@ impl NameCache {
 impl std::fmt::Debug for NameCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NameCache")
-            .field("hold", &self.hold)
+            .field("hold", &self.hold())
             .field("max_names", &self.max_names)
             .finish_non_exhaustive()
     }
+}
+
+/// `duration` in nanoseconds, saturating (a hold of centuries is forever).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The system resolver, on tokio's blocking pool.
@@ -264,6 +284,33 @@ mod tests {
             2,
             "looked up again after 10 s"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hold_can_be_changed_and_zero_holds_nothing() {
+        let (cache, lookups) = counted(HOLD_10S, 16, LOOKUP_TIME, loopback);
+        cache.set_hold(Duration::ZERO);
+        assert_eq!(cache.hold(), Duration::ZERO);
+        cache.addresses("origin.test").await.unwrap();
+        cache.addresses("origin.test").await.unwrap();
+        assert_eq!(
+            lookups.load(Ordering::SeqCst),
+            2,
+            "no hold: asked each time"
+        );
+        // Still one lookup for connects at the same time.
+        let (a, b) = tokio::join!(
+            cache.addresses("origin.test"),
+            cache.addresses("origin.test")
+        );
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(lookups.load(Ordering::SeqCst), 3);
+        // A longer hold applies to the answer already held.
+        cache.set_hold(Duration::from_secs(60));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        cache.addresses("origin.test").await.unwrap();
+        assert_eq!(lookups.load(Ordering::SeqCst), 3, "held 60 s now");
     }
 
     #[tokio::test(start_paused = true)]

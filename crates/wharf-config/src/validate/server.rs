@@ -155,6 +155,7 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
     ));
     let keep_warm = keep_warm(c, raw);
     let splice_bodies = raw.splice_bodies.as_ref().is_some_and(|v| *v.get_ref());
+    let resolve_hold = resolve_hold(c, raw);
     let tls = tls(c, raw);
     let listen_unix = raw.listen_unix.as_ref().and_then(|path| {
         let value = path.get_ref();
@@ -198,7 +199,33 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         busy_poll,
         keep_warm,
         splice_bodies,
+        resolve_hold,
     }
+}
+
+/// `server.resolve_hold`: `"0s"` to 1h.
+fn resolve_hold(c: &mut Checker<'_>, raw: &RawServer) -> Duration {
+    let hold = c.duration(
+        "server.resolve_hold",
+        &raw.resolve_hold,
+        defaults::RESOLVE_HOLD,
+        "0s",
+    );
+    if hold <= builtin_duration(defaults::MAX_RESOLVE_HOLD) {
+        return hold;
+    }
+    if let Some(value) = &raw.resolve_hold {
+        c.report(
+            Some(value.span()),
+            "server.resolve_hold",
+            format!(
+                "{:?} is too long, the maximum is {}",
+                value.get_ref().0,
+                defaults::MAX_RESOLVE_HOLD
+            ),
+        );
+    }
+    builtin_duration(defaults::RESOLVE_HOLD)
 }
 
 /// `server.keep_warm`: `"0s"` is off; anything else must lie in 10ms..=60s.
