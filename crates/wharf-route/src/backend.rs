@@ -1,10 +1,12 @@
 //! One backend of a route: its address and pool, passive health, and the
 //! calls it has outstanding.
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::ServerName;
 use url::Url;
 use wharf_host::metrics::{Outcome, UpstreamMetrics};
 use wharf_upstream::{Connection, PoolLimits, PoolShards, PoolSlot};
@@ -62,8 +64,8 @@ impl Backend {
             reason: reason.to_owned(),
         };
         let host = || {
-            url.host_str()
-                .map(str::to_owned)
+            url.host()
+                .map(|host| host.to_owned())
                 .ok_or_else(|| error("no host"))
         };
         let port = || url.port_or_known_default().ok_or_else(|| error("no port"));
@@ -74,12 +76,12 @@ impl Backend {
             },
             "https" => {
                 let host = host()?;
-                let name = rustls::pki_types::ServerName::try_from(
-                    host.trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .to_owned(),
-                )
-                .map_err(|_| error("not a valid TLS server name"))?;
+                let name = match &host {
+                    url::Host::Domain(domain) => ServerName::try_from(domain.clone())
+                        .map_err(|_| error("not a valid TLS server name"))?,
+                    url::Host::Ipv4(ip) => ServerName::IpAddress(IpAddr::from(*ip).into()),
+                    url::Host::Ipv6(ip) => ServerName::IpAddress(IpAddr::from(*ip).into()),
+                };
                 Address::Tls {
                     host,
                     port: port()?,

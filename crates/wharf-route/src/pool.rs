@@ -9,16 +9,17 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
+use url::Host;
 use wharf_upstream::{Connection, NameCache};
 
 /// Where a backend is reached.
 #[derive(Clone)]
 pub(crate) enum Address {
     /// `http://host:port`.
-    Tcp { host: String, port: u16 },
+    Tcp { host: Host<String>, port: u16 },
     /// `https://host:port`, verified against `name`.
     Tls {
-        host: String,
+        host: Host<String>,
         port: u16,
         name: ServerName<'static>,
         connector: TlsConnector,
@@ -55,15 +56,14 @@ pub(crate) async fn connect(address: &Address) -> io::Result<Connection> {
 }
 
 /// A TCP connection (with `TCP_NODELAY`) to the first address of `host` that accepts one,
-/// in the resolver's order. The name's addresses come from [`NameCache`]: a wave of new
+/// in the resolver's order. A name's addresses come from [`NameCache`]: a wave of new
 /// connections to a backend makes one lookup, not one blocking thread each.
 #[allow(clippy::disallowed_methods)] // backends are configured, not client-supplied: no SSRF guard
-async fn connect_tcp(host: &str, port: u16) -> io::Result<TcpStream> {
-    // An IPv6 literal comes as the URL writes it, in brackets.
-    let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
-    let addresses = match literal.unwrap_or(host).parse::<IpAddr>() {
-        Ok(ip) => Arc::from([ip]),
-        Err(_) => NameCache::system().addresses(host).await?,
+async fn connect_tcp(host: &Host<String>, port: u16) -> io::Result<TcpStream> {
+    let addresses: Arc<[IpAddr]> = match host {
+        Host::Ipv4(ip) => Arc::from([IpAddr::from(*ip)]),
+        Host::Ipv6(ip) => Arc::from([IpAddr::from(*ip)]),
+        Host::Domain(name) => NameCache::system().addresses(name).await?,
     };
     let mut last_error = None;
     for ip in addresses.iter() {
@@ -97,7 +97,7 @@ mod tests {
             .unwrap();
         let port = listener.local_addr().unwrap().port();
         for host in ["127.0.0.1", "localhost", "LOCALHOST"] {
-            let tcp = connect_tcp(host, port).await;
+            let tcp = connect_tcp(&Host::parse(host).unwrap(), port).await;
             let tcp = tcp.unwrap_or_else(|e| panic!("{host}: {e}"));
             assert!(tcp.nodelay().unwrap(), "{host}: TCP_NODELAY set");
             let (accepted, _) = listener.accept().await.unwrap();
@@ -109,7 +109,9 @@ mod tests {
     async fn a_bracketed_ipv6_literal_is_an_address_not_a_name() {
         // Nothing listens on this port of ::1 (or IPv6 is off): either way the connect is
         // tried, where the name "[::1]" would have failed in the resolver.
-        let error = connect_tcp("[::1]", 9).await.unwrap_err();
+        let error = connect_tcp(&Host::parse("[::1]").unwrap(), 9)
+            .await
+            .unwrap_err();
         assert!(
             matches!(
                 error.kind(),

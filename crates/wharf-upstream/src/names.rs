@@ -3,11 +3,12 @@
 //!
 //! Why: the system resolver (`getaddrinfo`) blocks, so tokio runs each lookup on a thread of
 //! its blocking pool. Resolving at every connect made a wave of new connections to one name
-//! a wave of threads: 1,000 slow calls through the proxy to `localhost` left wharf with 104
-//! threads (issue 4, `bench/RESULTS.md` stop 50), and `main` keeps blocking threads for a
-//! day (seed 001), so they stayed. That is seed 002's pathology, a thread per waiting call,
-//! come back through the resolver. Here the connects that find a lookup of their name under
-//! way wait for it, and those that come within [`NameCache::HOLD`] of its answer take that answer.
+//! a wave of threads, and `main` keeps blocking threads for a day (seed 001), so they stayed.
+//! That is seed 002's pathology, a thread per waiting call, come back through the resolver:
+//! 1,000 slow calls through a route to `http://localhost:PORT` left wharf with 280-304
+//! threads, 85-109 through the proxy; with this cache, 6 (issue 4, `bench/RESULTS.md` stop
+//! 51). Here the connects that find a lookup of their name under way wait for it, and those
+//! that come within the hold of its answer take that answer.
 //! nginx and HAProxy go further: both resolve a configured upstream's name once, at start.
 //!
 //! A failed lookup is given to the connects that waited for it and not kept: the next
@@ -172,10 +173,12 @@ impl NameCache {
             }
         }
         let lookup = Arc::new(Lookup::default());
-        if lookups.len() >= self.max_names && !lookups.contains_key(key.as_str()) {
+        // A stale entry of this name is replaced in place; a new name needs room.
+        let replacing = lookups.contains_key(key.as_str());
+        if !replacing && lookups.len() >= self.max_names {
             lookups.retain(|_, held| held.usable(now, hold));
         }
-        if lookups.len() < self.max_names || lookups.contains_key(key.as_str()) {
+        if replacing || lookups.len() < self.max_names {
             lookups.insert(key.into(), lookup.clone());
         }
         lookup
