@@ -1080,6 +1080,7 @@ def metronome_check():
     return text + "."
 
 
+IDLE_NEEDED = []
 if IDLE:
     # in IDLE_GAPS order (file names sort 120s before 20s)
     gaps = sorted(IDLE, key=gap_seconds)
@@ -1163,6 +1164,23 @@ if IDLE:
                 ref = f"floor {ratio_ms(fl, ms(G['floor']))}" if "floor" in G else "floor –"
                 ref += f", {best} {ratio_ms(an[best], ms(G[f'{path}/{best}']))}" if best else ", –"
                 bar(what, ratio_ms(wv, ms(wt)), ref, "≤ floor and ≤ best anchor", ok)
+                if ok is False:
+                    # The after-gap time that would have met the rule, next to the floor's
+                    # own: a penalty the same for every target favours the slower warm call.
+                    warm = mval(wt, f"warm_{kind}_ms")
+                    needed = warm * min(fl, an[best]) if warm is not None else None
+                    floor_ms = ms(G["floor"]) if "floor" in G else None
+                    if needed is not None and floor_ms is not None:
+                        below = (" — **below the floor's own after-gap call**: the testbed called directly, "
+                                 "no gateway in the path, did not answer that fast" if needed < floor_ms else "")
+                        IDLE_NEEDED.append(f"- {what}: wharf took {f(ms(wt))} ms; meeting the rule took "
+                                           f"≤ {f(needed)} ms (its warm {f(warm)} ms × {f(min(fl, an[best]), 1)}); "
+                                           f"the floor's after-gap call took {f(floor_ms)} ms, {best}'s "
+                                           f"{f(ms(G[f'{path}/{best}']))} ms{below}")
+    if IDLE_NEEDED:
+        S("What each missed idle ratio asked of wharf (the warm time is the run's median of that kind of "
+          "call; the ratios are medians of each round's own, so the bound is approximate):\n\n"
+          + "\n".join(IDLE_NEEDED) + "\n")
 
 # ------------------------------------------------------------------ burst
 burst = load("burst")
