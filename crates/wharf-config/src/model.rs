@@ -76,9 +76,11 @@ pub struct ServerConfig {
     /// same-host origin's pages referenced until the client has read them.
     pub splice_bodies: bool,
     /// `resolve_hold`: how long the addresses a host name of a backend or an origin resolved
-    /// to are used after the lookup answered (connects to a name while its lookup is under
-    /// way wait for it either way). Default 10 s (HAProxy's `hold valid`); `"0s"` looks the
-    /// name up again at each connect; at most 1 h. A name that moves is followed within it.
+    /// to are used after the lookup answered; then the name is looked up again in the
+    /// background while connects use the old answer (at most 30 s more, also after failed
+    /// lookups: `wharf_upstream::NameCache::KEEP_STALE`). Default 10 s (HAProxy's `hold
+    /// valid`); `"0s"` looks the name up again at each connect, which waits for it; at most
+    /// 1 h. A name that moves is followed within it.
     pub resolve_hold: Duration,
     /// `tls_cert` and `tls_key`: when both are set, `listen` speaks TLS (ALPN h2 and
     /// http/1.1) with this PEM certificate chain and key. Default: plain TCP. Setting one

@@ -13,7 +13,8 @@
 //! - [`ResponseBody`]: the streamed response body, which returns its connection to the pool;
 //! - [`IdlePool`] / [`PoolSlot`]: bounded idle keep-alive connections by upstream;
 //! - [`UpstreamStream`]: TCP, TLS or Unix socket; [`tls_connector`] for `https://`;
-//! - [`NameCache`]: upstream host names, looked up once by concurrent connects and held;
+//! - [`NameCache`]: upstream host names, looked up once by concurrent connects, held, and
+//!   looked up again in the background (the old answer outlives a failed lookup for a while);
 //! - [`UpstreamError`] / [`SendError`]: what broke, and whether a retry is safe.
 //!
 //! Connecting (the proxy's SSRF checks, timeouts) is the caller's, with addresses from

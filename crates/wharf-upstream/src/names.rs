@@ -11,9 +11,18 @@
 //! that come within the hold of its answer take that answer.
 //! nginx and HAProxy go further: both resolve a configured upstream's name once, at start.
 //!
-//! A failed lookup is given to the connects that waited for it and not kept: the next
-//! connect asks again. What is done with the addresses (the proxy's SSRF check of every
-//! one, the order they are tried in, timeouts) is the caller's.
+//! Past its hold, an answer is looked up again in the background by the first connect that
+//! finds it old, and connects keep using it meanwhile, for at most [`NameCache::KEEP_STALE`]
+//! past the hold: a name in steady use is not waited for after its first lookup (HAProxy's
+//! resolvers, too, look names up outside the requests). If that lookup fails, the old answer
+//! stays in use (logged as a warning) and the name is looked up again after another hold,
+//! up to the same bound (HAProxy keeps the last valid answer 30 s after a failed lookup by
+//! default, `hold timeout`/`hold other`): a resolver that fails for a few seconds does not
+//! fail calls to origins whose addresses have not changed. Past the bound, or with no
+//! earlier answer, or with a hold of zero, connects wait for the lookup, and a failed lookup
+//! is given to the connects that waited for it and not kept: the next connect asks again.
+//! What is done with the addresses (the proxy's SSRF check of every one, the order they are
+//! tried in, timeouts) is the caller's.
 //!
 //! Main type: [`NameCache`]; [`NameCache::system`] is the process's, over the system
 //! resolver.
@@ -48,16 +57,34 @@ pub struct NameCache {
     lookup: Box<LookupFn>,
 }
 
-/// One lookup of a name, which every connect asking for it while it is under way waits for.
-#[derive(Default)]
+/// One lookup of a name, which every connect asking for it while it is under way waits for
+/// (or, with an earlier answer still in its bound, does not: see [`NameCache::KEEP_STALE`]).
 struct Lookup {
     answer: OnceCell<Answer>,
+    /// The name's last good answer when this lookup began, if any.
+    earlier: Option<Good>,
 }
 
 /// What a lookup answered, and when.
 struct Answer {
+    /// When this answer was settled: it is used for the hold from then.
     at: Instant,
-    addresses: Result<Arc<[IpAddr]>, LookupFailure>,
+    addresses: Result<Good, LookupFailure>,
+}
+
+/// Addresses a lookup found, and when it found them (an answer that keeps them after a
+/// failed lookup keeps this time too, which bounds how long they stay in use).
+#[derive(Clone)]
+struct Good {
+    addresses: Arc<[IpAddr]>,
+    found_at: Instant,
+}
+
+impl Good {
+    /// Whether these addresses may still stand in for a lookup that is under way or failed.
+    fn in_bound(&self, now: Instant, hold: Duration) -> bool {
+        now.duration_since(self.found_at) < hold.saturating_add(NameCache::KEEP_STALE)
+    }
 }
 
 /// A failed lookup, kept so that each connect that waited for it gets an error of its own.
@@ -76,6 +103,76 @@ impl Lookup {
             Some(answer) => answer.addresses.is_ok() && now.duration_since(answer.at) < hold,
         }
     }
+
+    /// The earlier answer a connect takes instead of waiting for this lookup: while it is
+    /// under way, with a hold (a hold of zero asks for a lookup at each connect), and within
+    /// the earlier answer's bound.
+    fn stand_in(&self, now: Instant, hold: Duration) -> Option<Arc<[IpAddr]>> {
+        let earlier = self.earlier.as_ref()?;
+        (self.answer.get().is_none() && !hold.is_zero() && earlier.in_bound(now, hold))
+            .then(|| earlier.addresses.clone())
+    }
+}
+
+/// What [`NameCache::lookup_for`] gives a connect.
+enum Taken {
+    /// Addresses to use now (an earlier answer, while the name is looked up again).
+    Now(Arc<[IpAddr]>),
+    /// A lookup to wait for (or to find answered).
+    Wait(Arc<Lookup>),
+}
+
+/// The answer of a lookup of `name` that `found` completes: its addresses, or, when it
+/// failed and the `earlier` answer is within its bound under `hold`, that answer's addresses
+/// (logged).
+async fn settle(
+    name: String,
+    found: LookupFuture,
+    earlier: Option<Good>,
+    hold: Duration,
+) -> Answer {
+    let found = found.await;
+    let at = Instant::now();
+    let failure = match found {
+        Ok(found) if !found.is_empty() => {
+            return Answer {
+                at,
+                addresses: Ok(Good {
+                    addresses: Arc::from(found),
+                    found_at: at,
+                }),
+            }
+        }
+        Ok(_) => LookupFailure {
+            kind: io::ErrorKind::NotFound,
+            message: format!("{name} resolved to no address").into(),
+        },
+        Err(error) => LookupFailure {
+            kind: error.kind(),
+            message: error.to_string().into(),
+        },
+    };
+    match earlier {
+        Some(good) if good.in_bound(at, hold) => {
+            let kept_for = (good.found_at + hold.saturating_add(NameCache::KEEP_STALE))
+                .saturating_duration_since(at);
+            tracing::warn!(
+                name = %name,
+                error = %failure.message,
+                found_secs_ago = at.duration_since(good.found_at).as_secs(),
+                kept_at_most_secs = kept_for.as_secs(),
+                "host name lookup failed; its last addresses stay in use meanwhile"
+            );
+            Answer {
+                at,
+                addresses: Ok(good),
+            }
+        }
+        _ => Answer {
+            at,
+            addresses: Err(failure),
+        },
+    }
 }
 
 impl NameCache {
@@ -88,6 +185,12 @@ impl NameCache {
     /// is theirs to grow. Past it, names whose answer is no longer held are dropped; if all are
     /// still held, a new name is resolved without being kept.
     pub const MAX_NAMES: usize = 4096;
+
+    /// How long past its hold an answer is still used, while its name is looked up again in
+    /// the background or after that lookup failed. HAProxy's resolvers keep the last valid
+    /// answer for 30 s after a failed lookup by default; `getaddrinfo` does not tell a name
+    /// that is gone from a resolver that did not answer, so the bound is short.
+    pub const KEEP_STALE: Duration = Duration::from_secs(30);
 
     /// The process's cache, over the system resolver (tokio's `lookup_host`, on its
     /// blocking pool), holding answers for [`NameCache::HOLD`].
@@ -123,42 +226,38 @@ impl NameCache {
     }
 
     /// The addresses of `name` (compared without regard to ASCII case): the answer of a
-    /// lookup held, or of the one under way, or of a new one.
+    /// lookup held, or of the one under way, or of a new one; past the hold, the earlier
+    /// answer while its name is looked up again (see [`NameCache::KEEP_STALE`]).
     ///
     /// # Errors
     /// The lookup's error (each caller that waited for a failed lookup gets one of the same
     /// kind and message), or `NotFound` when it answered no address.
     pub async fn addresses(&self, name: &str) -> io::Result<Arc<[IpAddr]>> {
-        let lookup = self.lookup_for(name);
+        let lookup = match self.lookup_for(name) {
+            Taken::Now(addresses) => return Ok(addresses),
+            Taken::Wait(lookup) => lookup,
+        };
         let answer = lookup
             .answer
-            .get_or_init(|| async {
-                let addresses = match (self.lookup)(name).await {
-                    Ok(found) if found.is_empty() => Err(LookupFailure {
-                        kind: io::ErrorKind::NotFound,
-                        message: format!("{name} resolved to no address").into(),
-                    }),
-                    Ok(found) => Ok(Arc::from(found)),
-                    Err(error) => Err(LookupFailure {
-                        kind: error.kind(),
-                        message: error.to_string().into(),
-                    }),
-                };
-                Answer {
-                    at: Instant::now(),
-                    addresses,
-                }
+            .get_or_init(|| {
+                settle(
+                    name.to_owned(),
+                    (self.lookup)(name),
+                    lookup.earlier.clone(),
+                    self.hold(),
+                )
             })
             .await;
         match &answer.addresses {
-            Ok(addresses) => Ok(addresses.clone()),
+            Ok(good) => Ok(good.addresses.clone()),
             Err(failure) => Err(io::Error::new(failure.kind, failure.message.to_string())),
         }
     }
 
     /// The lookup a connect to `name` takes part in: the one held or under way, or a new one,
-    /// kept unless the cache is full of held answers.
-    fn lookup_for(&self, name: &str) -> Arc<Lookup> {
+    /// kept unless the cache is full of held answers; or, while an earlier answer stands in
+    /// for a lookup under way, that answer.
+    fn lookup_for(&self, name: &str) -> Taken {
         let key = name.to_ascii_lowercase();
         let now = Instant::now();
         let hold = self.hold();
@@ -167,21 +266,58 @@ impl NameCache {
             // A panic under this lock can leave at most one lookup missing or stale.
             Err(poisoned) => poisoned.into_inner(),
         };
-        if let Some(lookup) = lookups.get(key.as_str()) {
+        let held = lookups.get(key.as_str());
+        if let Some(lookup) = held {
             if lookup.usable(now, hold) {
-                return lookup.clone();
+                return match lookup.stand_in(now, hold) {
+                    Some(addresses) => Taken::Now(addresses),
+                    None => Taken::Wait(lookup.clone()),
+                };
             }
         }
-        let lookup = Arc::new(Lookup::default());
+        let earlier = held.and_then(|lookup| match lookup.answer.get() {
+            Some(Answer {
+                addresses: Ok(good),
+                ..
+            }) if good.in_bound(now, hold) => Some(good.clone()),
+            _ => None,
+        });
+        let lookup = Arc::new(Lookup {
+            answer: OnceCell::new(),
+            earlier,
+        });
         // A stale entry of this name is replaced in place; a new name needs room.
-        let replacing = lookups.contains_key(key.as_str());
+        let replacing = held.is_some();
         if !replacing && lookups.len() >= self.max_names {
             lookups.retain(|_, held| held.usable(now, hold));
         }
         if replacing || lookups.len() < self.max_names {
             lookups.insert(key.into(), lookup.clone());
         }
-        lookup
+        drop(lookups);
+        match lookup.stand_in(now, hold) {
+            // The lookup runs on its own, so that no connect waits for it.
+            Some(addresses) if self.refresh_in_background(name, &lookup) => Taken::Now(addresses),
+            _ => Taken::Wait(lookup),
+        }
+    }
+
+    /// Starts `lookup` of `name` as a task of its own; false when there is no runtime to
+    /// run it on (then the caller drives it).
+    fn refresh_in_background(&self, name: &str, lookup: &Arc<Lookup>) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let (found, hold) = ((self.lookup)(name), self.hold());
+        let (name, lookup) = (name.to_owned(), lookup.clone());
+        runtime.spawn(async move {
+            let earlier = lookup.earlier.clone();
+            lookup
+                .answer
+                .get_or_init(|| settle(name, found, earlier, hold))
+                .await;
+        });
+        true
     }
 
     /// Names kept now, answered or under way (for tests).
@@ -379,6 +515,90 @@ mod tests {
         patient.unwrap();
         // The lookup the first began went with it; the second began its own.
         assert_eq!(lookups.load(Ordering::SeqCst), 2);
+    }
+
+    /// A cache (hold 10 s) whose lookups take a second each and answer `script` in turn, the
+    /// last entry from then on; and the count of lookups begun.
+    fn scripted(script: Vec<io::Result<Vec<IpAddr>>>) -> (Arc<NameCache>, Arc<AtomicUsize>) {
+        let script: Vec<Result<Vec<IpAddr>, String>> = script
+            .into_iter()
+            .map(|answer| answer.map_err(|error| error.to_string()))
+            .collect();
+        let lookups = Arc::new(AtomicUsize::new(0));
+        let counter = lookups.clone();
+        let cache = NameCache::with_lookup(HOLD_10S, 16, move |_| {
+            let turn = counter.fetch_add(1, Ordering::SeqCst);
+            let answer = script[turn.min(script.len() - 1)].clone();
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                answer.map_err(io::Error::other)
+            })
+        });
+        (Arc::new(cache), lookups)
+    }
+
+    /// `cache`'s addresses for `name` if they come without waiting (paused time would
+    /// otherwise move on to the timeout).
+    async fn at_once(cache: &NameCache, name: &str) -> Option<io::Result<Arc<[IpAddr]>>> {
+        tokio::time::timeout(Duration::from_millis(1), cache.addresses(name))
+            .await
+            .ok()
+    }
+
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+    #[tokio::test(start_paused = true)]
+    async fn past_its_hold_an_answer_is_used_while_its_name_is_looked_up_again() {
+        let (cache, lookups) = scripted(vec![Ok(vec![A]), Ok(vec![B])]);
+        assert_eq!(&cache.addresses("origin.test").await.unwrap()[..], &[A]);
+        tokio::time::advance(HOLD_10S).await;
+        for _ in 0..3 {
+            let addresses = at_once(&cache, "origin.test")
+                .await
+                .expect("not waited for");
+            assert_eq!(&addresses.unwrap()[..], &[A], "the old answer meanwhile");
+        }
+        assert_eq!(
+            lookups.load(Ordering::SeqCst),
+            2,
+            "one lookup again, in the background"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let addresses = at_once(&cache, "origin.test").await.expect("held");
+        assert_eq!(&addresses.unwrap()[..], &[B], "the new answer once it came");
+        assert_eq!(lookups.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_lookup_keeps_the_last_answer_for_a_while_then_fails() {
+        let (cache, lookups) = scripted(vec![Ok(vec![A]), Err(io::Error::other("resolver down"))]);
+        cache.addresses("origin.test").await.unwrap(); // found at 1 s, held until 11 s
+                                                       // Each hold, a lookup again fails and the old answer stays, until 30 s past the hold.
+        for (round, lookups_then) in [(1, 2), (2, 3), (3, 4)] {
+            tokio::time::advance(HOLD_10S).await;
+            let addresses = at_once(&cache, "origin.test")
+                .await
+                .expect("not waited for");
+            assert_eq!(&addresses.unwrap()[..], &[A], "round {round}");
+            tokio::time::sleep(Duration::from_secs(2)).await; // the lookup has failed
+            let addresses = at_once(&cache, "origin.test").await.expect("held again");
+            assert_eq!(
+                &addresses.unwrap()[..],
+                &[A],
+                "round {round}, after the failure"
+            );
+            assert_eq!(
+                lookups.load(Ordering::SeqCst),
+                lookups_then,
+                "round {round}"
+            );
+        }
+        // 47 s now, 46 s after the answer was found: past 10 + 30 s, the failure is the answer.
+        tokio::time::advance(HOLD_10S).await;
+        let error = cache.addresses("origin.test").await.unwrap_err();
+        assert_eq!(error.to_string(), "resolver down");
+        assert_eq!(lookups.load(Ordering::SeqCst), 5);
     }
 
     #[tokio::test]
