@@ -99,6 +99,18 @@ impl Checker<'_> {
         default: &str,
         min: &str,
     ) -> Duration {
+        self.duration_within(key, value, default, min, defaults::MAX_DURATION)
+    }
+
+    /// [`Checker::duration`] with a maximum of the key's own, `max` (at most 365d).
+    pub(crate) fn duration_within(
+        &mut self,
+        key: &str,
+        value: &Option<Spanned<RawDuration>>,
+        default: &str,
+        min: &str,
+        max: &str,
+    ) -> Duration {
         let default_value = builtin_duration(default);
         let Some(value) = value else {
             return default_value;
@@ -117,11 +129,8 @@ impl Checker<'_> {
                 "1ms" => format!("{text:?} is too short, it must be greater than 0"),
                 _ => format!("{text:?} is too short, the minimum is {min}"),
             })
-        } else if parsed > builtin_duration(defaults::MAX_DURATION) {
-            Some(format!(
-                "{text:?} is too long, the maximum is {}",
-                defaults::MAX_DURATION
-            ))
+        } else if parsed > builtin_duration(max) {
+            Some(format!("{text:?} is too long, the maximum is {max}"))
         } else {
             None
         };

@@ -205,27 +205,13 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
 
 /// `server.resolve_hold`: `"0s"` to 1h.
 fn resolve_hold(c: &mut Checker<'_>, raw: &RawServer) -> Duration {
-    let hold = c.duration(
+    c.duration_within(
         "server.resolve_hold",
         &raw.resolve_hold,
         defaults::RESOLVE_HOLD,
         "0s",
-    );
-    if hold <= builtin_duration(defaults::MAX_RESOLVE_HOLD) {
-        return hold;
-    }
-    if let Some(value) = &raw.resolve_hold {
-        c.report(
-            Some(value.span()),
-            "server.resolve_hold",
-            format!(
-                "{:?} is too long, the maximum is {}",
-                value.get_ref().0,
-                defaults::MAX_RESOLVE_HOLD
-            ),
-        );
-    }
-    builtin_duration(defaults::RESOLVE_HOLD)
+        defaults::MAX_RESOLVE_HOLD,
+    )
 }
 
 /// `server.keep_warm`: `"0s"` is off; anything else must lie in 10ms..=60s.
