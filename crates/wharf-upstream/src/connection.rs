@@ -51,6 +51,8 @@ pub struct Connection {
     read_size: usize,
     /// Exchanges completed on this connection.
     exchanges: u64,
+    /// Whether it sat idle in a pool (see [`Connection::is_reused`]).
+    pooled: bool,
     /// Whether a body went by `splice(2)` here yet (its socket's receive buffer is then
     /// raised once: [`UpstreamStream::raise_receive_buffer`]).
     spliced: bool,
@@ -72,13 +74,24 @@ impl Connection {
             buf: BytesMut::new(),
             read_size: MIN_READ,
             exchanges: 0,
+            pooled: false,
             spliced: false,
         }
     }
 
-    /// Whether this connection already carried a complete exchange (it came from a pool).
+    /// Whether this connection sat idle in a pool: it carried a complete exchange, or it
+    /// was opened ahead and kept (a floor, `preconnect`). Either way the upstream may have
+    /// closed it meanwhile, so a failure before any byte of an answer means it was stale,
+    /// and the request may go again on a new connection. (A connection opened ahead and
+    /// used for the first time counted as new until stop 52: a close while it waited, or an
+    /// upstream that never accepted it, failed the call with 502 instead.)
     pub fn is_reused(&self) -> bool {
-        self.exchanges > 0
+        self.exchanges > 0 || self.pooled
+    }
+
+    /// Notes that the connection goes into a pool's idle stack.
+    pub(crate) fn pooled(&mut self) {
+        self.pooled = true;
     }
 
     /// Exchanges completed on this connection.

@@ -342,6 +342,29 @@ async fn a_stale_connection_failure_says_so() {
     assert!(error.stale, "{}", error.error);
 }
 
+/// Regression (stop 52): a connection opened ahead and kept idle counted as new until a call
+/// used it, so an upstream that dropped it unanswered (closed while it waited, or never
+/// accepted: a full listen backlog) failed the call with 502 instead of a retry.
+#[tokio::test]
+async fn a_connection_opened_ahead_that_the_upstream_drops_unanswered_is_stale() {
+    // The upstream reads the first request on the connection and closes without a word.
+    let server = Scripted::start(|mut stream| async move {
+        read_head(&mut stream).await;
+    })
+    .await;
+    let pool = IdlePool::new(LIMITS);
+    let kept = pool.keep_idle("up", 1);
+    let server = &server;
+    kept.fill(&|| async move { Ok::<_, Infallible>(server.connect().await) })
+        .await
+        .unwrap();
+    let (slot, idle) = pool.check_out("up");
+    let connection = idle.expect("the connection opened ahead");
+    assert!(connection.is_reused(), "it waited in the pool");
+    let error = get(connection, Some(slot)).await.unwrap_err();
+    assert!(error.stale, "{}", error.error);
+}
+
 #[tokio::test]
 async fn bytes_after_the_message_keep_the_connection_out_of_the_pool() {
     let server = Scripted::start(|stream| {

@@ -468,7 +468,7 @@ impl IdlePool {
     }
 
     /// Keeps `connection` idle under `key`; `false` when it was closed instead.
-    fn check_in(self: &Arc<Self>, key: &Arc<str>, connection: Connection) -> bool {
+    fn check_in(self: &Arc<Self>, key: &Arc<str>, mut connection: Connection) -> bool {
         let mut surplus = None;
         let wake;
         {
@@ -499,6 +499,7 @@ impl IdlePool {
                 drop(surplus);
                 return false; // `connection` is closed here, outside the lock
             }
+            connection.pooled();
             upstream.idle.push(Idle {
                 connection,
                 since: Instant::now(),
