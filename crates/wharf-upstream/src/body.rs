@@ -156,13 +156,12 @@ impl ResponseBody {
     /// The end was read: the connection goes back to the pool, or is closed.
     fn finish(&mut self) {
         self.progress = Progress::Ended;
-        let Some(mut connection) = self.connection.take() else {
+        let Some(connection) = self.connection.take() else {
             return;
         };
         // Bytes after the end of the message were never asked for: the connection is out of
         // step with the upstream and is closed.
         if self.keep_alive && connection.buf.is_empty() {
-            connection.completed_exchange();
             if let Some(slot) = self.slot.take() {
                 slot.check_in(connection);
             }

@@ -49,8 +49,6 @@ pub struct Connection {
     pub(crate) buf: BytesMut,
     /// The next read's size (adapts between `MIN_READ` and `MAX_READ`).
     read_size: usize,
-    /// Exchanges completed on this connection.
-    exchanges: u64,
     /// Whether it sat idle in a pool (see [`Connection::is_reused`]).
     pooled: bool,
     /// Whether a body went by `splice(2)` here yet (its socket's receive buffer is then
@@ -73,34 +71,25 @@ impl Connection {
             io: io.into(),
             buf: BytesMut::new(),
             read_size: MIN_READ,
-            exchanges: 0,
             pooled: false,
             spliced: false,
         }
     }
 
-    /// Whether this connection sat idle in a pool: it carried a complete exchange, or it
-    /// was opened ahead and kept (a floor, `preconnect`). Either way the upstream may have
-    /// closed it meanwhile, so a failure before any byte of an answer means it was stale,
-    /// and the request may go again on a new connection. (A connection opened ahead and
-    /// used for the first time counted as new until stop 52: a close while it waited, or an
-    /// upstream that never accepted it, failed the call with 502 instead.)
+    /// Whether this connection sat idle in a pool: it came back after an exchange, or it
+    /// was opened ahead and kept (a floor, `preconnect`); a connection is used again only
+    /// through a pool. Either way the upstream may have closed it meanwhile, so a failure
+    /// before any byte of an answer means it was stale, and the request may go again on a
+    /// new connection. (Until stop 52 this counted completed exchanges, so a connection
+    /// opened ahead counted as new at its first use, and a close while it waited failed
+    /// the call with 502.)
     pub fn is_reused(&self) -> bool {
-        self.exchanges > 0 || self.pooled
+        self.pooled
     }
 
     /// Notes that the connection goes into a pool's idle stack.
     pub(crate) fn pooled(&mut self) {
         self.pooled = true;
-    }
-
-    /// Exchanges completed on this connection.
-    pub fn exchanges(&self) -> u64 {
-        self.exchanges
-    }
-
-    pub(crate) fn completed_exchange(&mut self) {
-        self.exchanges += 1;
     }
 
     /// Gives the read buffer's memory back while nothing is buffered. Between exchanges the

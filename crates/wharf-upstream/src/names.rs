@@ -112,6 +112,54 @@ impl Lookup {
         (self.answer.get().is_none() && !hold.is_zero() && earlier.in_bound(now, hold))
             .then(|| earlier.addresses.clone())
     }
+
+    /// This lookup's answer once `found` (the lookup of `name`) completes: its addresses,
+    /// or, when it failed and the earlier answer is within its bound under `hold`, that
+    /// answer's addresses (logged).
+    async fn settle(&self, name: &str, found: LookupFuture, hold: Duration) -> Answer {
+        let found = found.await;
+        let at = Instant::now();
+        let failure = match found {
+            Ok(found) if !found.is_empty() => {
+                return Answer {
+                    at,
+                    addresses: Ok(Good {
+                        addresses: Arc::from(found),
+                        found_at: at,
+                    }),
+                }
+            }
+            Ok(_) => LookupFailure {
+                kind: io::ErrorKind::NotFound,
+                message: format!("{name} resolved to no address").into(),
+            },
+            Err(error) => LookupFailure {
+                kind: error.kind(),
+                message: error.to_string().into(),
+            },
+        };
+        match &self.earlier {
+            Some(good) if good.in_bound(at, hold) => {
+                let kept_for = (good.found_at + hold.saturating_add(NameCache::KEEP_STALE))
+                    .saturating_duration_since(at);
+                tracing::warn!(
+                    name = %name,
+                    error = %failure.message,
+                    found_secs_ago = at.duration_since(good.found_at).as_secs(),
+                    kept_at_most_secs = kept_for.as_secs(),
+                    "host name lookup failed; its last addresses stay in use meanwhile"
+                );
+                Answer {
+                    at,
+                    addresses: Ok(good.clone()),
+                }
+            }
+            _ => Answer {
+                at,
+                addresses: Err(failure),
+            },
+        }
+    }
 }
 
 /// What [`NameCache::lookup_for`] gives a connect.
@@ -120,59 +168,6 @@ enum Taken {
     Now(Arc<[IpAddr]>),
     /// A lookup to wait for (or to find answered).
     Wait(Arc<Lookup>),
-}
-
-/// The answer of a lookup of `name` that `found` completes: its addresses, or, when it
-/// failed and the `earlier` answer is within its bound under `hold`, that answer's addresses
-/// (logged).
-async fn settle(
-    name: String,
-    found: LookupFuture,
-    earlier: Option<Good>,
-    hold: Duration,
-) -> Answer {
-    let found = found.await;
-    let at = Instant::now();
-    let failure = match found {
-        Ok(found) if !found.is_empty() => {
-            return Answer {
-                at,
-                addresses: Ok(Good {
-                    addresses: Arc::from(found),
-                    found_at: at,
-                }),
-            }
-        }
-        Ok(_) => LookupFailure {
-            kind: io::ErrorKind::NotFound,
-            message: format!("{name} resolved to no address").into(),
-        },
-        Err(error) => LookupFailure {
-            kind: error.kind(),
-            message: error.to_string().into(),
-        },
-    };
-    match earlier {
-        Some(good) if good.in_bound(at, hold) => {
-            let kept_for = (good.found_at + hold.saturating_add(NameCache::KEEP_STALE))
-                .saturating_duration_since(at);
-            tracing::warn!(
-                name = %name,
-                error = %failure.message,
-                found_secs_ago = at.duration_since(good.found_at).as_secs(),
-                kept_at_most_secs = kept_for.as_secs(),
-                "host name lookup failed; its last addresses stay in use meanwhile"
-            );
-            Answer {
-                at,
-                addresses: Ok(good),
-            }
-        }
-        _ => Answer {
-            at,
-            addresses: Err(failure),
-        },
-    }
 }
 
 impl NameCache {
@@ -239,14 +234,7 @@ impl NameCache {
         };
         let answer = lookup
             .answer
-            .get_or_init(|| {
-                settle(
-                    name.to_owned(),
-                    (self.lookup)(name),
-                    lookup.earlier.clone(),
-                    self.hold(),
-                )
-            })
+            .get_or_init(|| lookup.settle(name, (self.lookup)(name), self.hold()))
             .await;
         match &answer.addresses {
             Ok(good) => Ok(good.addresses.clone()),
@@ -311,10 +299,9 @@ impl NameCache {
         let (found, hold) = ((self.lookup)(name), self.hold());
         let (name, lookup) = (name.to_owned(), lookup.clone());
         runtime.spawn(async move {
-            let earlier = lookup.earlier.clone();
             lookup
                 .answer
-                .get_or_init(|| settle(name, found, earlier, hold))
+                .get_or_init(|| lookup.settle(&name, found, hold))
                 .await;
         });
         true
