@@ -18,14 +18,15 @@
 //! ledger bounds them as it bounds every idle connection. Nothing runs while the floor is
 //! met: the keeper wakes when a call takes a connection and leaves fewer, or when the sweep
 //! closed some (past the idle timeout, or closed by the upstream), and opens them
-//! [`SETTLE`] later. A start waits for one batch only ([`KeptIdle::start`]).
+//! [`SETTLE`] later. A start waits for one batch only ([`KeptIdle::start`]). An upstream that
+//! closes connections opened ahead before any call uses them pauses its floor ([`PauseRule`]).
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::{upstream_entry, IdlePool, Slots, Upstream};
 use crate::connection::Connection;
@@ -45,12 +46,47 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// hammered, and its calls report it themselves.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// When a floor stops opening connections ahead for a while: its upstream closed one that no
+/// call had used within `closed_within` of its opening. Such an upstream closes idle
+/// connections after a few seconds (Node.js and Apache httpd by default after 5 s, Python's
+/// `http.server` per request): a kept connection is gone before a call comes, the sweep finds
+/// it closed, and the keeper opens it again, for nothing. In issue 4's lab (a Python origin
+/// closing idle connections after 2 s, `bench/RESULTS.md` stop 52) a proxy keeping 128 per
+/// core connected 219-228 times in 30 s while idle. Paused, the floor is refilled once per
+/// `pause` instead (and paused again if that batch is closed as soon); calls' own connections
+/// are pooled as always meanwhile. An upstream that closes them after a minute or more
+/// (nginx's 75 s) never pauses it, so a call after a long quiet spell still finds one kept.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PauseRule {
+    /// A connection opened ahead and closed unused sooner than this pauses the floor.
+    pub(super) closed_within: Duration,
+    /// For how long.
+    pub(super) pause: Duration,
+}
+
+/// The rule every floor follows (tests shorten it).
+pub(super) const PAUSE_RULE: PauseRule = PauseRule {
+    closed_within: Duration::from_secs(30),
+    pause: Duration::from_secs(300),
+};
+
 /// An upstream's floor, under the pool's lock.
 pub(super) struct Floor {
     /// Idle connections to keep.
     count: usize,
     /// Wakes the keeper: the idle connections fell below `count`, or the pool is gone.
     wake: Arc<Notify>,
+    rule: PauseRule,
+    /// Until when nothing is opened ahead ([`PauseRule`]), and how soon after its opening
+    /// the upstream had closed the connection that paused it (for the keeper's log).
+    paused: Option<(Instant, Duration)>,
+}
+
+/// A floor's pause as its keeper sees it.
+pub(super) struct Pause {
+    until: Instant,
+    left: Duration,
+    closed_after: Duration,
 }
 
 impl Upstream {
@@ -67,6 +103,30 @@ impl Upstream {
                 floor.wake.notify_one();
             }
         }
+    }
+
+    /// Under the lock: the upstream closed a connection opened ahead before any call used
+    /// it, at most `after` after its opening; soon enough, and the floor pauses
+    /// ([`PauseRule`]). The keeper learns it when next woken.
+    pub(super) fn pause_floor_if_closed_soon(&mut self, after: Duration, now: Instant) {
+        if let Some(floor) = &mut self.floor {
+            if after < floor.rule.closed_within {
+                floor.paused = Some((now + floor.rule.pause, after));
+            }
+        }
+    }
+
+    /// The floor's pause, if one is running at `now`.
+    fn floor_pause(&self, now: Instant) -> Option<Pause> {
+        let (until, closed_after) = self.floor.as_ref()?.paused?;
+        let left = until
+            .checked_duration_since(now)
+            .filter(|left| !left.is_zero())?;
+        Some(Pause {
+            until,
+            left,
+            closed_after,
+        })
     }
 }
 
@@ -114,6 +174,16 @@ impl IdlePool {
     /// second floor for the same key replaces the first (whose keeper keeps watching the
     /// new count).
     pub fn keep_idle(self: &Arc<Self>, key: &str, count: usize) -> KeptIdle {
+        self.keep_idle_pausing(key, count, PAUSE_RULE)
+    }
+
+    /// [`IdlePool::keep_idle`] with its own [`PauseRule`].
+    pub(super) fn keep_idle_pausing(
+        self: &Arc<Self>,
+        key: &str,
+        count: usize,
+        rule: PauseRule,
+    ) -> KeptIdle {
         let mut slots = self.lock();
         self.wake_sweeper_if_empty(&mut slots);
         let Slots { by_key, floors, .. } = &mut *slots;
@@ -129,6 +199,8 @@ impl IdlePool {
         upstream.floor = Some(Floor {
             count,
             wake: wake.clone(),
+            rule,
+            paused: None,
         });
         KeptIdle {
             pool: Arc::downgrade(self),
@@ -161,9 +233,32 @@ impl IdlePool {
             upstream.floor_count().saturating_sub(upstream.idle.len())
         })
     }
+
+    /// `key`'s floor's pause, if one is running.
+    pub(super) fn floor_pause(&self, key: &str) -> Option<Pause> {
+        let now = Instant::now();
+        self.lock().by_key.get(key)?.floor_pause(now)
+    }
 }
 
 impl KeptIdle {
+    /// A new pause of the floor: at info the first time (what the operator may want to know
+    /// about an upstream's idle timeout), at debug after.
+    fn log_pause(&self, pause: &Pause, first: bool) {
+        let closed_within_ms = pause.closed_after.as_millis() as u64;
+        let paused_secs = pause.left.as_secs();
+        if first {
+            info!(
+                upstream = %self.key,
+                closed_within_ms,
+                paused_secs,
+                "upstream closed a connection kept open ahead before any call used it: none are opened ahead for a while"
+            );
+        } else {
+            debug!(upstream = %self.key, closed_within_ms, paused_secs, "opening ahead paused again");
+        }
+    }
+
     /// Opens connections with `open` until the floor is met, 8 at a time, and
     /// keeps them idle; the first failure ends it (the next attempt would likely meet the
     /// same). Done at once when the pool is gone.
@@ -239,19 +334,35 @@ impl KeptIdle {
     /// Keeps the floor for as long as the pool lives: waits until calls or the sweep leave
     /// fewer idle connections than the floor, then [`KeptIdle::fill`]s again; after a
     /// failure (logged at debug: the calls report an unreachable upstream themselves) it
-    /// waits a second first. Run it as a task on the runtime whose calls use the pool.
+    /// waits a second first, and while the floor is paused ([`PauseRule`]) until the pause
+    /// ends (the first pause logged at info, later ones at debug). Run it as a task on the
+    /// runtime whose calls use the pool.
     pub async fn keep<F, Fut, E>(self, open: F)
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Connection, E>>,
         E: std::fmt::Display,
     {
+        // The end of the last pause logged, and whether it was the first.
+        let mut logged: Option<Instant> = None;
         loop {
             self.wake.notified().await;
             // Not in the middle of the wave that took them: its calls come first.
             tokio::time::sleep(SETTLE).await;
-            if self.pool.strong_count() == 0 {
-                return;
+            loop {
+                let Some(pool) = self.pool.upgrade() else {
+                    return;
+                };
+                let Some(pause) = pool.floor_pause(&self.key) else {
+                    break;
+                };
+                drop(pool);
+                if logged != Some(pause.until) {
+                    self.log_pause(&pause, logged.is_none());
+                    logged = Some(pause.until);
+                }
+                // Woken meanwhile (calls took connections, or the pool is gone): look again.
+                let _ = tokio::time::timeout(pause.left, self.wake.notified()).await;
             }
             if let Err(error) = self.fill(&open).await {
                 debug!(upstream = %self.key, %error, "could not reopen kept idle connections");

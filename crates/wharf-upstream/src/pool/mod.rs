@@ -49,16 +49,37 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 
-/// An idle connection and since when.
+/// An idle connection, since when, and whether a keeper opened it ahead of any call (cleared
+/// once a call has used it: it comes back through [`PoolSlot::check_in`]).
 struct Idle {
     connection: Connection,
     since: Instant,
+    opened_ahead: bool,
+}
+
+/// What a look at an idle connection found.
+enum IdleState {
+    /// Young enough and, as far as can be told without reading it, still open.
+    Usable,
+    /// Past the idle timeout, or closed by the upstream after a call used it.
+    Stale,
+    /// Opened ahead and closed by the upstream before any call used it, at most this long
+    /// after its opening (what pauses a floor, `keep`).
+    ClosedUnused(Duration),
 }
 
 impl Idle {
-    /// Young enough and, as far as can be told without reading it, still open.
-    fn is_usable(&self, now: Instant, idle_timeout: Duration) -> bool {
-        now.duration_since(self.since) < idle_timeout && self.connection.is_reusable()
+    fn state(&self, now: Instant, idle_timeout: Duration) -> IdleState {
+        let age = now.duration_since(self.since);
+        if age >= idle_timeout {
+            IdleState::Stale
+        } else if self.connection.is_reusable() {
+            IdleState::Usable
+        } else if self.opened_ahead {
+            IdleState::ClosedUnused(age)
+        } else {
+            IdleState::Stale
+        }
     }
 }
 
@@ -242,7 +263,7 @@ impl PoolSlot {
 
     /// Returns `connection` for reuse.
     pub(crate) fn check_in(&self, connection: Connection) {
-        self.pool.check_in(&self.key, connection);
+        self.pool.check_in(&self.key, connection, false);
     }
 }
 
@@ -460,15 +481,21 @@ impl IdlePool {
         connection: Connection,
     ) -> Result<(), NoRoom> {
         let key = shared_key(&self.lock().by_key, key);
-        if self.check_in(&key, connection) {
+        if self.check_in(&key, connection, true) {
             Ok(())
         } else {
             Err(NoRoom)
         }
     }
 
-    /// Keeps `connection` idle under `key`; `false` when it was closed instead.
-    fn check_in(self: &Arc<Self>, key: &Arc<str>, mut connection: Connection) -> bool {
+    /// Keeps `connection` idle under `key` (`opened_ahead`: by a keeper, not returned by a
+    /// call); `false` when it was closed instead.
+    fn check_in(
+        self: &Arc<Self>,
+        key: &Arc<str>,
+        mut connection: Connection,
+        opened_ahead: bool,
+    ) -> bool {
         let mut surplus = None;
         let wake;
         {
@@ -503,6 +530,7 @@ impl IdlePool {
             upstream.idle.push(Idle {
                 connection,
                 since: Instant::now(),
+                opened_ahead,
             });
             // The connection pushed below the top `BUFFERED_DEPTH` gives its read buffer
             // back now, not at the next sweep: the next calls take from the top.
@@ -527,7 +555,8 @@ impl IdlePool {
 }
 
 /// The freshest idle connection of `upstream` that is still usable; stale ones met on the
-/// way go to `closed` (closed by the caller, outside the lock).
+/// way go to `closed` (closed by the caller, outside the lock), and one the upstream closed
+/// unused soon after it was opened ahead may pause the floor (`keep`).
 fn take_idle(
     upstream: &mut Upstream,
     total: &mut usize,
@@ -537,8 +566,10 @@ fn take_idle(
 ) -> Option<Connection> {
     while let Some(candidate) = upstream.idle.pop() {
         *total -= 1;
-        if candidate.is_usable(now, idle_timeout) {
-            return Some(candidate.connection);
+        match candidate.state(now, idle_timeout) {
+            IdleState::Usable => return Some(candidate.connection),
+            IdleState::Stale => {}
+            IdleState::ClosedUnused(after) => upstream.pause_floor_if_closed_soon(after, now),
         }
         closed.push(candidate);
     }

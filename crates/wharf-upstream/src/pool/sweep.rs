@@ -5,7 +5,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Idle, IdlePool, Slots};
+use super::{Idle, IdlePool, IdleState, Slots};
 
 impl IdlePool {
     /// Under the lock, before an upstream goes into `by_key`: when the pool held nothing,
@@ -31,14 +31,26 @@ impl IdlePool {
             by_key.retain(|_, upstream| {
                 let idle = &mut upstream.idle;
                 let before = idle.len();
-                let (mut kept, stale): (Vec<Idle>, Vec<Idle>) = idle
-                    .drain(..)
-                    .partition(|entry| entry.is_usable(now, self.limits.idle_timeout));
+                // The soonest the upstream closed one opened ahead and never used.
+                let mut closed_unused: Option<Duration> = None;
+                let (mut kept, stale): (Vec<Idle>, Vec<Idle>) = idle.drain(..).partition(|entry| {
+                    match entry.state(now, self.limits.idle_timeout) {
+                        IdleState::Usable => true,
+                        IdleState::Stale => false,
+                        IdleState::ClosedUnused(after) => {
+                            closed_unused = Some(closed_unused.map_or(after, |c| c.min(after)));
+                            false
+                        }
+                    }
+                });
                 for entry in &mut kept {
                     entry.connection.release_read_buffer();
                 }
                 *total -= before - kept.len();
                 *idle = kept;
+                if let Some(after) = closed_unused {
+                    upstream.pause_floor_if_closed_soon(after, now);
+                }
                 if !stale.is_empty() {
                     upstream.wake_keeper_if_short();
                 }

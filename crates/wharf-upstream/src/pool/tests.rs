@@ -553,3 +553,120 @@ async fn a_start_opens_one_batch_and_the_keeper_the_rest() {
     assert_eq!(pool.idle_count(), 8, "one batch before the port listens");
     until_idle(&pool, 20).await;
 }
+
+/// A floor of `count` to `listener` whose pause is `rule`, filled; the upstream's ends of
+/// its connections.
+async fn filled_floor(
+    pool: &Arc<IdlePool>,
+    listener: &TcpListener,
+    count: usize,
+    rule: keep::PauseRule,
+) -> (KeptIdle, Vec<TcpStream>) {
+    let kept = pool.keep_idle_pausing("up", count, rule);
+    kept.fill(&opener(listener.local_addr().unwrap()))
+        .await
+        .unwrap();
+    let mut upstream_ends = Vec::new();
+    for _ in 0..count {
+        upstream_ends.push(listener.accept().await.unwrap().0);
+    }
+    (kept, upstream_ends)
+}
+
+/// Sweeps (bounded polling) until the pool holds no idle connection: the upstream's closes
+/// have arrived.
+async fn sweep_until_empty(pool: &IdlePool) {
+    for _ in 0..400 {
+        pool.sweep();
+        if pool.idle_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the closed connections were not swept");
+}
+
+#[tokio::test]
+async fn an_upstream_that_closes_connections_opened_ahead_unused_pauses_the_floor() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pool = IdlePool::new(LIMITS);
+    let rule = keep::PauseRule {
+        closed_within: Duration::from_secs(30),
+        pause: Duration::from_millis(1_000),
+    };
+    let (kept, upstream_ends) = filled_floor(&pool, &listener, 2, rule).await;
+    let keeper = tokio::spawn(kept.keep(opener(listener.local_addr().unwrap())));
+
+    // The upstream closes both before any call: the sweep finds them so and pauses.
+    drop(upstream_ends);
+    sweep_until_empty(&pool).await;
+    assert!(pool.floor_pause("up").is_some(), "closed unused: paused");
+
+    // Unpaused, the keeper would have opened them again 50 ms after the sweep woke it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        pool.idle_count(),
+        0,
+        "nothing opened ahead during the pause"
+    );
+    // After it, the floor is filled again.
+    until_idle(&pool, 2).await;
+    assert!(pool.floor_pause("up").is_none());
+    assert!(!keeper.is_finished());
+}
+
+#[tokio::test]
+async fn a_call_that_finds_a_connection_opened_ahead_closed_unused_pauses_the_floor() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pool = IdlePool::new(LIMITS);
+    let (_kept, upstream_ends) = filled_floor(&pool, &listener, 1, keep::PAUSE_RULE).await;
+    drop(upstream_ends);
+
+    // Bounded polling until the close has reached the pool's side.
+    let key: Arc<str> = Arc::from("up");
+    let mut found = true;
+    for _ in 0..400 {
+        let (_slot, connection) = pool.check_out(&key);
+        let Some(connection) = connection else {
+            found = false;
+            break;
+        };
+        // Not seen closed yet: back as it was, opened ahead and unused.
+        pool.check_in(&key, connection, true);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!found, "the closed connection is not handed out");
+    assert!(pool.floor_pause("up").is_some(), "closed unused: paused");
+}
+
+#[tokio::test]
+async fn a_floor_is_not_paused_by_late_closes_nor_by_connections_calls_returned() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let pool = IdlePool::new(LIMITS);
+    let rule = keep::PauseRule {
+        closed_within: Duration::from_millis(10),
+        pause: Duration::from_secs(300),
+    };
+    // Closed unused, but later than the rule's window.
+    let (kept, upstream_ends) = filled_floor(&pool, &listener, 2, rule).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    drop(upstream_ends);
+    sweep_until_empty(&pool).await;
+    assert!(
+        pool.floor_pause("up").is_none(),
+        "a late close does not pause"
+    );
+
+    // Returned by calls, then closed at once: not opened ahead, no pause either.
+    let upstream_ends = fill(&pool, "up", 2, &listener).await;
+    drop(upstream_ends);
+    sweep_until_empty(&pool).await;
+    assert!(
+        pool.floor_pause("up").is_none(),
+        "a used connection does not pause"
+    );
+
+    // And the keeper (woken by the sweeps) fills the floor again as always.
+    let _keeper = tokio::spawn(kept.keep(opener(listener.local_addr().unwrap())));
+    until_idle(&pool, 2).await;
+}
