@@ -218,11 +218,11 @@ impl Route {
             };
             let sent = tokio::time::timeout(self.timeout, async {
                 loop {
-                    let reused = connection.is_reused();
                     match connection.send(head, body.as_mut(), Some(slot.clone())).await {
                         // A pooled connection the backend closed while idle took
-                        // nothing: the same request goes on a new connection.
-                        Err(failure) if failure.stale && reused => {
+                        // nothing: the same request goes on a new connection (which
+                        // is not pooled, so its own failure is not stale: one retry).
+                        Err(failure) if failure.stale => {
                             debug!(backend = backend.label(), error = %failure.error, "pooled backend connection was closed; reconnecting");
                             connection = match backend.new_connection().await {
                                 Ok(connection) => connection,
