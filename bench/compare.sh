@@ -170,6 +170,7 @@ command -v curl >/dev/null || missing+=(curl)
 command -v python3 >/dev/null || missing+=(python3)
 command -v taskset >/dev/null || missing+=(util-linux)
 command -v valgrind >/dev/null || missing+=(valgrind)
+command -v strings >/dev/null || missing+=(binutils)
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
@@ -179,6 +180,14 @@ HAPROXY=$(command -v haproxy)
 if [ "$BUILD" = 1 ] || [ ! -x target/release/wharf ]; then
     log "cargo build --release"
     cargo build --release
+fi
+# The binary must be this tree's. Cargo keeps a workspace member's fingerprint relative to
+# the package, so a build of another checkout (a git worktree of an older commit) with this
+# target directory leaves its binary here, and this tree's build then counts as fresh and
+# keeps it (stop 53: a first start of run N used the older binary). The release profile
+# keeps line tables, whose compilation directory names the tree a binary was built in.
+if ! strings -n 8 target/release/wharf | grep -xF -e "$(pwd -P)" -e "$(pwd)" >/dev/null; then
+    die "target/release/wharf does not name $(pwd -P) as the directory it was built in (built in another checkout?): touch this tree's sources (find src crates -name '*.rs' -exec touch {} +) and run again with --build"
 fi
 
 # ---------------------------------------------------------------- temp dir, cleanup
