@@ -81,9 +81,14 @@ struct Good {
 }
 
 impl Good {
+    /// Until when these addresses may stand in for a lookup that is under way or failed.
+    fn bound(&self, hold: Duration) -> Instant {
+        self.found_at + hold.saturating_add(NameCache::KEEP_STALE)
+    }
+
     /// Whether these addresses may still stand in for a lookup that is under way or failed.
     fn in_bound(&self, now: Instant, hold: Duration) -> bool {
-        now.duration_since(self.found_at) < hold.saturating_add(NameCache::KEEP_STALE)
+        now < self.bound(hold)
     }
 }
 
@@ -140,8 +145,7 @@ impl Lookup {
         };
         match &self.earlier {
             Some(good) if good.in_bound(at, hold) => {
-                let kept_for = (good.found_at + hold.saturating_add(NameCache::KEEP_STALE))
-                    .saturating_duration_since(at);
+                let kept_for = good.bound(hold).saturating_duration_since(at);
                 tracing::warn!(
                     name = %name,
                     error = %failure.message,
@@ -560,8 +564,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_lookup_keeps_the_last_answer_for_a_while_then_fails() {
         let (cache, lookups) = scripted(vec![Ok(vec![A]), Err(io::Error::other("resolver down"))]);
-        cache.addresses("origin.test").await.unwrap(); // found at 1 s, held until 11 s
-                                                       // Each hold, a lookup again fails and the old answer stays, until 30 s past the hold.
+        // Found at 1 s, held until 11 s. Each hold, a lookup again fails and the old
+        // answer stays, until 30 s past the hold.
+        cache.addresses("origin.test").await.unwrap();
         for (round, lookups_then) in [(1, 2), (2, 3), (3, 4)] {
             tokio::time::advance(HOLD_10S).await;
             let addresses = at_once(&cache, "origin.test")

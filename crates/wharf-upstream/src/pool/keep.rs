@@ -77,15 +77,16 @@ pub(super) struct Floor {
     /// Wakes the keeper: the idle connections fell below `count`, or the pool is gone.
     wake: Arc<Notify>,
     rule: PauseRule,
-    /// Until when nothing is opened ahead ([`PauseRule`]), and how soon after its opening
-    /// the upstream had closed the connection that paused it (for the keeper's log).
-    paused: Option<(Instant, Duration)>,
+    /// The last pause ([`PauseRule`]); over once its `until` has passed.
+    paused: Option<Pause>,
 }
 
-/// A floor's pause as its keeper sees it.
+/// A pause of a floor: nothing is opened ahead until `until`.
+#[derive(Clone, Copy)]
 pub(super) struct Pause {
     until: Instant,
-    left: Duration,
+    /// How soon after its opening the upstream had closed the connection that paused the
+    /// floor (for the keeper's log).
     closed_after: Duration,
 }
 
@@ -111,22 +112,20 @@ impl Upstream {
     pub(super) fn pause_floor_if_closed_soon(&mut self, after: Duration, now: Instant) {
         if let Some(floor) = &mut self.floor {
             if after < floor.rule.closed_within {
-                floor.paused = Some((now + floor.rule.pause, after));
+                floor.paused = Some(Pause {
+                    until: now + floor.rule.pause,
+                    closed_after: after,
+                });
             }
         }
     }
 
     /// The floor's pause, if one is running at `now`.
     fn floor_pause(&self, now: Instant) -> Option<Pause> {
-        let (until, closed_after) = self.floor.as_ref()?.paused?;
-        let left = until
-            .checked_duration_since(now)
-            .filter(|left| !left.is_zero())?;
-        Some(Pause {
-            until,
-            left,
-            closed_after,
-        })
+        self.floor
+            .as_ref()?
+            .paused
+            .filter(|pause| pause.until > now)
     }
 }
 
@@ -244,9 +243,9 @@ impl IdlePool {
 impl KeptIdle {
     /// A new pause of the floor: at info the first time (what the operator may want to know
     /// about an upstream's idle timeout), at debug after.
-    fn log_pause(&self, pause: &Pause, first: bool) {
+    fn log_pause(&self, pause: &Pause, left: Duration, first: bool) {
         let closed_within_ms = pause.closed_after.as_millis() as u64;
-        let paused_secs = pause.left.as_secs();
+        let paused_secs = left.as_secs();
         if first {
             info!(
                 upstream = %self.key,
@@ -334,9 +333,10 @@ impl KeptIdle {
     /// Keeps the floor for as long as the pool lives: waits until calls or the sweep leave
     /// fewer idle connections than the floor, then [`KeptIdle::fill`]s again; after a
     /// failure (logged at debug: the calls report an unreachable upstream themselves) it
-    /// waits a second first, and while the floor is paused ([`PauseRule`]) until the pause
-    /// ends (the first pause logged at info, later ones at debug). Run it as a task on the
-    /// runtime whose calls use the pool.
+    /// waits a second first, and while the floor is paused (its upstream closed connections
+    /// opened ahead before any call used them: 5 minutes) until the pause ends (the first
+    /// pause logged at info, later ones at debug). Run it as a task on the runtime whose
+    /// calls use the pool.
     pub async fn keep<F, Fut, E>(self, open: F)
     where
         F: Fn() -> Fut,
@@ -357,12 +357,13 @@ impl KeptIdle {
                     break;
                 };
                 drop(pool);
+                let left = pause.until.saturating_duration_since(Instant::now());
                 if logged != Some(pause.until) {
-                    self.log_pause(&pause, logged.is_none());
+                    self.log_pause(&pause, left, logged.is_none());
                     logged = Some(pause.until);
                 }
                 // Woken meanwhile (calls took connections, or the pool is gone): look again.
-                let _ = tokio::time::timeout(pause.left, self.wake.notified()).await;
+                let _ = tokio::time::timeout(left, self.wake.notified()).await;
             }
             if let Err(error) = self.fill(&open).await {
                 debug!(upstream = %self.key, %error, "could not reopen kept idle connections");
