@@ -95,9 +95,11 @@ pub(crate) enum ScenarioArgs {
     /// calls on a keep-alive connection (seed 000).
     ///
     /// Reports connect_ms, first_request_ms, the warm median and first_over_warm (about 1 is
-    /// right). With --cmd the command is started each round, the first request is the very
-    /// first it serves (with --prime-calls: the first after those), and it is stopped
-    /// (SIGTERM, SIGKILL after 5s) at the end of the round.
+    /// right); then 5 calls on a new connection each give warm_new_p50_ms and
+    /// first_with_connect_over_warm_new (the connect and the first request over it). With
+    /// --cmd the command is started each round, the first request is the very first it
+    /// serves (with --prime-calls: the first after those), and it is stopped (SIGTERM,
+    /// SIGKILL after 5s) at the end of the round.
     FirstCall {
         /// The URL to call.
         #[arg(long)]
@@ -313,6 +315,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<Bench> {
                 prime_calls: *prime_calls,
                 start_timeout: *start_timeout,
                 poll_interval: *poll,
+                ..FirstCallConfig::default()
             };
             (Scenario::FirstCall(config), found)
         }

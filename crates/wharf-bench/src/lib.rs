@@ -437,5 +437,13 @@ mod tests {
         assert!(matches!(run(&bench).await, Err(BenchError::Target { .. })));
         bench.scenario = Scenario::ColdStart(ColdStartConfig::default());
         assert!(matches!(run(&bench).await, Err(BenchError::Target { .. })));
+        bench.scenario = Scenario::FirstCall(FirstCallConfig {
+            warm_new_connections: 0,
+            ..FirstCallConfig::default()
+        });
+        assert!(matches!(
+            run(&bench).await,
+            Err(BenchError::Settings(why)) if why.contains("new-connection")
+        ));
     }
 }

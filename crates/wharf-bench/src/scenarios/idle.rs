@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::client::{fresh_call, keep_alive_call, Endpoint, Req};
 use crate::progress::ticks;
 use crate::report::{Better, Setting, Unit};
-use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
+use crate::scenarios::{human, ratio, setting, ClassRound, Ctx, Prepared, Round};
 use crate::BenchError;
 
 /// Settings of `idle`.
@@ -166,14 +166,6 @@ async fn warm_phase(
 fn next_request(endpoint: &Endpoint, count: &mut u64) -> Req {
     *count += 1;
     endpoint.request(*count)
-}
-
-/// `value / base`, when both are known and `base` is not zero.
-fn ratio(value: Option<f64>, base: Option<f64>) -> Option<f64> {
-    match (value, base) {
-        (Some(v), Some(b)) if b > 0.0 => Some(v / b),
-        _ => None,
-    }
 }
 
 /// One round: warm baselines, each gap, the warm baselines again.

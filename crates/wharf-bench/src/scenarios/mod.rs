@@ -384,6 +384,14 @@ pub(crate) fn human(d: Duration) -> String {
     }
 }
 
+/// `value / base`, when both are known and `base` is not zero.
+pub(crate) fn ratio(value: Option<f64>, base: Option<f64>) -> Option<f64> {
+    match (value, base) {
+        (Some(v), Some(b)) if b > 0.0 => Some(v / b),
+        _ => None,
+    }
+}
+
 /// A setting for the reports.
 pub(crate) fn setting(name: &str, value: impl ToString) -> Setting {
     Setting {

@@ -152,6 +152,7 @@ async fn first_call_compares_with_warm_calls() {
     let tb = testbed().await;
     let config = FirstCallConfig {
         warm_calls: 20,
+        warm_new_connections: 4,
         ..FirstCallConfig::default()
     };
     let report = run(&bench(
@@ -162,9 +163,12 @@ async fn first_call_compares_with_warm_calls() {
     let t = &report.targets[0];
     assert_eq!(class(t, "first").ok, 1);
     assert_eq!(class(t, "warm").ok, 20);
+    assert_eq!(class(t, "warm new connection").ok, 4);
     assert!(metric(t, "connect_ms").value.is_some());
     assert!(metric(t, "first_over_warm").value.unwrap() > 0.0);
-    assert_eq!(tb.hits("/fast"), 21);
+    assert!(metric(t, "warm_new_p50_ms").value.unwrap() > 0.0);
+    assert!(metric(t, "first_with_connect_over_warm_new").value.unwrap() > 0.0);
+    assert_eq!(tb.hits("/fast"), 25);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,6 +222,7 @@ async fn first_call_after_prime_calls_goes_on_a_new_connection() {
     let config = FirstCallConfig {
         warm_calls: 5,
         prime_calls: 2,
+        warm_new_connections: 3,
         ..FirstCallConfig::default()
     };
     // A keep-alive server answering every request with a short 200, counting connections.
@@ -236,10 +241,12 @@ async fn first_call_after_prime_calls_goes_on_a_new_connection() {
     assert_eq!(class(t, "prime").ok, 2);
     assert_eq!(class(t, "first").ok, 1);
     assert_eq!(class(t, "warm").ok, 5);
+    assert_eq!(class(t, "warm new connection").ok, 3);
     assert!(metric(t, "prime_ms").value.unwrap() > 0.0);
     assert!(metric(t, "connect_ms").value.is_some());
-    // The prime calls' connection, then the first call's (kept for the warm calls).
-    assert_eq!(server.connections(), 2);
+    // The prime calls' connection, the first call's (kept for the warm calls), then one per
+    // warm new-connection call.
+    assert_eq!(server.connections(), 2 + 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
