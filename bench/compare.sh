@@ -1028,24 +1028,30 @@ for path in sorted(glob.glob(os.path.join(D, "json", "idle-*.json"))):
         # The target's own notes (a warm phase slower than the other, a closed keep-alive
         # connection), not the run's (the client's CPU line every run ends with).
         IDLE_NOTES.setdefault(g, []).extend(t.get("notes", []))
+# The columns both first-call tables end with: the warm baselines, the two ratios, errors.
+FIRST_CALL_TAIL = ["warm p50 ms", "first / warm", "warm new-conn ms", "(connect + first) / warm new-conn", "errors"]
+
+
+def first_call_tail(t):
+    return [f(mval(t, "warm_p50_ms")), f(mval(t, "first_over_warm"), 1), f(mval(t, "warm_new_p50_ms")),
+            f(mval(t, "first_with_connect_over_warm_new"), 1), str(errors_total(t))]
+
+
 if fc:
     T = targets(fc)
     rows = []
     for n in ("cache/wharf", "cache/nginx", "cache/haproxy", "pass/wharf", "pass/nginx", "pass/haproxy", "floor"):
         t = T[n]
-        rows.append([n, f(mval(t, "exec_to_connect_ms")), f(mval(t, "first_request_ms")), f(mval(t, "warm_p50_ms")),
-                     f(mval(t, "first_over_warm"), 1), f(mval(t, "warm_new_p50_ms")),
-                     f(mval(t, "first_with_connect_over_warm_new"), 1), str(errors_total(t))])
+        rows.append([n, f(mval(t, "exec_to_connect_ms")), f(mval(t, "first_request_ms"))] + first_call_tail(t))
     S(f"### First call after start\n\n`wharf bench first-call --cmd … --rounds {M['first_rounds']}`: the gateway is started, "
       "the very first request it serves (on an accepted connection) is timed, then 50 warm keep-alive calls, "
       "then 5 warm calls on a new connection each; median over rounds. The bar divides the first call by the "
       "warm keep-alive median (*first / warm*); SPEC's wording for seed 000, \"a warm call plus connection "
       "set-up\", is the last ratio, shown and not judged: the connect and the first request over the median "
-      "of the warm new-connection calls (connect included). On the cache path the first call after a start is necessarily a miss and a fill "
-      "(every cache starts empty: nginx's on-disk cache is wiped before each start) timed against warm hits: "
+      "of the warm new-connection calls (connect included). On the cache path the first call after a start "
+      "is necessarily a miss and a fill (every cache starts empty: nginx's on-disk cache is wiped before each start) timed against warm hits: "
       "shown, but not the bar's cache-hit path, which has no origin (the next table).\n\n"
-      + table(["target", "exec → accept ms", "first call ms", "warm p50 ms", "first / warm", "warm new-conn ms",
-               "(connect + first) / warm new-conn", "errors"], rows))
+      + table(["target", "exec → accept ms", "first call ms"] + FIRST_CALL_TAIL, rows))
 
     def first_call_bar(what, T, path):
         fl = mval(T["floor"], "first_over_warm")
@@ -1063,15 +1069,13 @@ if fc:
         rows = []
         for n in ("cache/wharf", "cache/nginx", "cache/haproxy", "floor"):
             t = H[n]
-            rows.append([n, f(mval(t, "prime_ms")), f(mval(t, "connect_ms")), f(mval(t, "first_request_ms")),
-                         f(mval(t, "warm_p50_ms")), f(mval(t, "first_over_warm"), 1), f(mval(t, "warm_new_p50_ms")),
-                         f(mval(t, "first_with_connect_over_warm_new"), 1), str(errors_total(t))])
+            rows.append([n, f(mval(t, "prime_ms")), f(mval(t, "connect_ms")), f(mval(t, "first_request_ms"))]
+                        + first_call_tail(t))
         S(f"**The cache-hit path's first call** (`wharf bench first-call --cmd … --prime-calls 1 --rounds "
           f"{M['first_rounds']}`): the gateway is started, one call fills its cache on a connection of its own "
           "(the fill), and the first call on a new connection is timed: the first hit after the start, the "
           "first time that path runs. The floor runs the same scenario (its second call, on a new connection).\n\n"
-          + table(["target", "fill ms", "connect ms", "first hit ms", "warm p50 ms", "first / warm", "warm new-conn ms",
-                   "(connect + first) / warm new-conn", "errors"], rows))
+          + table(["target", "fill ms", "connect ms", "first hit ms"] + FIRST_CALL_TAIL, rows))
         first_call_bar("First call after start, cache-hit path (first hit after the fill / warm)", H, "cache")
     first_call_bar("First call after start, pass path (first/warm)", T, "pass")
 

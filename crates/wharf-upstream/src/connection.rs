@@ -80,9 +80,8 @@ impl Connection {
     /// was opened ahead and kept (a floor, `preconnect`); a connection is used again only
     /// through a pool. Either way the upstream may have closed it meanwhile, so a failure
     /// before any byte of an answer means it was stale, and the request may go again on a
-    /// new connection. (Until stop 52 this counted completed exchanges, so a connection
-    /// opened ahead counted as new at its first use, and a close while it waited failed
-    /// the call with 502.)
+    /// new connection (a connection opened ahead included: see the regression test
+    /// `a_connection_opened_ahead_that_the_upstream_drops_unanswered_is_stale`).
     pub fn is_reused(&self) -> bool {
         self.pooled
     }

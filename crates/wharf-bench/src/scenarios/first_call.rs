@@ -22,7 +22,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::{bounded, fresh_call, keep_alive_call, CallError, Conn, Endpoint};
+use crate::client::{bounded, keep_alive_call, CallError, Conn, Endpoint};
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::cold_start::ensure_not_listening;
 use crate::scenarios::process::{self, Started};
@@ -193,14 +193,14 @@ pub(crate) async fn round(
     }
     drop(conn);
     let warm_p50 = warm.latencies.p50_ms();
-    let mut warm_new = ClassRound::new("warm new connection");
-    for n in 1..=u64::from(config.warm_new_connections) {
-        let begin = Instant::now();
-        let request = endpoint.request(u64::from(config.warm_calls) + n);
-        let result = fresh_call(endpoint, request, ctx.timeout).await;
-        warm_new.record(begin.elapsed(), &result);
-        ctx.progress.inc(1);
-    }
+    let after_warm = u64::from(config.warm_calls);
+    let warm_new = ClassRound::fresh_calls(
+        "warm new connection",
+        endpoint,
+        after_warm + 1..=after_warm + u64::from(config.warm_new_connections),
+        ctx,
+    )
+    .await;
     let warm_new_p50 = warm_new.latencies.p50_ms();
     if let Some(started) = started.take() {
         started.stop().await?;

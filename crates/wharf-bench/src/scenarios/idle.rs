@@ -151,14 +151,10 @@ async fn warm_phase(
         ctx.progress.inc(1);
     }
     drop(conn);
-    let mut fresh = ClassRound::new("warm new connection");
-    for _ in 0..config.warm_new_connections {
-        let req = next_request(endpoint, next_call);
-        let begin = Instant::now();
-        let result = fresh_call(endpoint, req, ctx.timeout).await;
-        fresh.record(begin.elapsed(), &result);
-        ctx.progress.inc(1);
-    }
+    let first = *next_call + 1;
+    *next_call += u64::from(config.warm_new_connections);
+    let fresh =
+        ClassRound::fresh_calls("warm new connection", endpoint, first..=*next_call, ctx).await;
     (kept, fresh)
 }
 

@@ -16,10 +16,11 @@ pub mod throughput;
 
 pub(crate) mod process;
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::client::{stamped_fresh_call, CallError, Endpoint, Req};
+use crate::client::{fresh_call, stamped_fresh_call, CallError, Endpoint, Req};
 use crate::progress::Progress;
 use crate::report::{Better, Setting, Timeline, TimelinePoint, Unit};
 use crate::stats::{ErrorCounts, LatencyHistogram};
@@ -208,6 +209,24 @@ impl ClassRound {
             Ok(()) => self.latencies.record(latency),
             Err(error) => self.errors.record(error),
         }
+    }
+
+    /// Calls `numbers` of `endpoint` one after another, each on a new connection with its
+    /// connect timed in: the warm new-connection baseline of `first-call` and `idle`.
+    pub(crate) async fn fresh_calls(
+        name: &str,
+        endpoint: &Endpoint,
+        numbers: RangeInclusive<u64>,
+        ctx: &Ctx,
+    ) -> ClassRound {
+        let mut class = ClassRound::new(name);
+        for n in numbers {
+            let begin = Instant::now();
+            let result = fresh_call(endpoint, endpoint.request(n), ctx.timeout).await;
+            class.record(begin.elapsed(), &result);
+            ctx.progress.inc(1);
+        }
+        class
     }
 
     /// Adds every call of `other` (latencies and errors) to this class.
