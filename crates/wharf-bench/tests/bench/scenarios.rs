@@ -164,11 +164,26 @@ async fn first_call_compares_with_warm_calls() {
     assert_eq!(class(t, "first").ok, 1);
     assert_eq!(class(t, "warm").ok, 20);
     assert_eq!(class(t, "warm new connection").ok, 4);
-    assert!(metric(t, "connect_ms").value.is_some());
-    assert!(metric(t, "first_over_warm").value.unwrap() > 0.0);
-    assert!(metric(t, "warm_new_p50_ms").value.unwrap() > 0.0);
-    assert!(metric(t, "first_with_connect_over_warm_new").value.unwrap() > 0.0);
+    // One round: each ratio is that round's own figures divided, so a ratio built from the
+    // wrong terms (the first call without its connect, the keep-alive warm median) fails.
+    let value = |name: &str| metric(t, name).value.unwrap();
+    let (connect, first) = (value("connect_ms"), value("first_request_ms"));
+    let (warm, warm_new) = (value("warm_p50_ms"), value("warm_new_p50_ms"));
+    assert!(connect > 0.0 && first > 0.0 && warm > 0.0 && warm_new > 0.0);
+    assert_close(value("first_over_warm"), first / warm);
+    assert_close(
+        value("first_with_connect_over_warm_new"),
+        (connect + first) / warm_new,
+    );
     assert_eq!(tb.hits("/fast"), 25);
+}
+
+/// Equal up to floating-point rounding.
+fn assert_close(actual: f64, expected: f64) {
+    assert!(
+        (actual - expected).abs() <= 1e-9 * expected.abs(),
+        "{actual} != {expected}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
