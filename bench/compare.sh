@@ -19,11 +19,12 @@
 #      `wharf testbed`, wharf, nginx and HAProxy;
 #   4. runs, interleaved, with `wharf bench ... --json --report bench/report-NAME.html`:
 #      responsiveness (1000 slow + 100 fast; full run: 10000 slow, with RSS per call),
-#      burst (2000 new connections), throughput (cache hit and pass-through, 1 KiB and
-#      100 KiB, 64 connections, "shared" and "pinned"), wharf's router (plain forward vs
-#      header rewrite, runs of their own with more rounds, shared and pinned),
+#      burst (2000 new connections; full run 27 rounds), throughput (cache hit and
+#      pass-through, 1 KiB and 100 KiB, 64 connections, "shared" and "pinned"), wharf's
+#      router (plain forward vs header rewrite, runs of their own with more rounds, shared
+#      and pinned),
 #      cold-start (exec to first proxied 200), first call after start (and the first
-#      cache hit after the fill), idle (20 s, full run 3 rounds and also 120 s; on
+#      cache hit after the fill), idle (20 s, full run 5 rounds and also 120 s; on
 #      dedicated instances per gap, every run side by side, staggered), and in the full
 #      run the streaming-memory check (200 MiB bypass, 50 MiB cached, 20 times each);
 #   5. writes bench/RESULTS.md: machine, versions, configs, commands, tables, ratios to
@@ -82,11 +83,12 @@ else
     # wharf's first round was not its slowest, as it had been in two earlier labs). A median
     # of three survives one unlucky round, of five two; the two more cost about 50 s.
     RESP_ROUNDS=5
-    # Nine rounds: one target's burst p99 spread 14-41 ms over stop 37's three runs of three
-    # rounds (HAProxy's 23-40, the floor's 8-42), and run C missed on three slow rounds
-    # where A and B had met by a third; a round of 2,000 calls takes well under a second a
-    # target, so nine cost a few seconds more.
-    BURST_ROUNDS=9
+    # Twenty-seven rounds: one target's burst p99 spread 14-41 ms over stop 37's three runs
+    # of three rounds (HAProxy's 23-40, the floor's 8-42), and with nine the verdict still
+    # moved between runs of one binary (stop 54: run Q missed by 2 ms with wharf's rounds at
+    # 18-69 ms and HAProxy's at 13-45; 27 rounds right after put wharf's median 4 ms
+    # lower). The whole phase took 4 s with nine, so 27 cost about 8 s more.
+    BURST_ROUNDS=27
     # Five rounds: a median of three survived one disturbed round, but over four runs the
     # 1 KiB pass-through verdicts still flipped (x0.90-1.02 against HAProxy, rounds of one
     # target 49-61k req/s in one run); a median of five survives two. The 0.5 s warm-up (a
@@ -114,7 +116,9 @@ else
     FIRST_ROUNDS=9
     # Each after-gap figure is one call per round: gaps under a minute get several rounds
     # (a median, not a single wake-up), the 120 s gap one (it waits two minutes a round).
-    IDLE_GAPS=20s,120s; IDLE_SHORT_ROUNDS=3
+    # The gaps run side by side, and the 20 s runs start after the 120 s ones: five rounds
+    # (about 100 s) end before the 120 s gap does, so they cost no time over three.
+    IDLE_GAPS=20s,120s; IDLE_SHORT_ROUNDS=5
     BIG=1
     MEM=1
 fi
