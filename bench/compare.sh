@@ -87,7 +87,7 @@ else
     # of three rounds (HAProxy's 23-40, the floor's 8-42), and with nine the verdict still
     # moved between runs of one binary (stop 54: run Q missed by 2 ms with wharf's rounds at
     # 18-69 ms and HAProxy's at 13-45; 27 rounds right after put wharf's median 4 ms
-    # lower). The whole phase took 4 s with nine, so 27 cost about 8 s more.
+    # lower). The whole phase took 4 s with nine and 13-16 s with 27 (stop 55's runs).
     BURST_ROUNDS=27
     # Five rounds: a median of three survived one disturbed round, but over four runs the
     # 1 KiB pass-through verdicts still flipped (x0.90-1.02 against HAProxy, rounds of one

@@ -334,9 +334,9 @@ impl KeptIdle {
     /// fewer idle connections than the floor, then [`KeptIdle::fill`]s again; after a
     /// failure (logged at debug: the calls report an unreachable upstream themselves) it
     /// waits a second first, and while the floor is paused (its upstream closed connections
-    /// opened ahead before any call used them: 5 minutes) until the pause ends (the first
-    /// pause logged at info, later ones at debug). Run it as a task on the runtime whose
-    /// calls use the pool.
+    /// opened ahead before any call used them; how long, the pool's pause rule says) until
+    /// the pause ends (the first pause logged at info, later ones at debug). Run it as a task
+    /// on the runtime whose calls use the pool.
     pub async fn keep<F, Fut, E>(self, open: F)
     where
         F: Fn() -> Fut,
