@@ -45,16 +45,19 @@ pub fn not_cacheable_reason(
     if headers.contains_key(header::SET_COOKIE) {
         return Some("set-cookie");
     }
+    // Read as bytes: a value with one non-ASCII byte (obs-text, RFC 9110
+    // §5.5) fails `to_str`, and skipping it would cache a `private` answer.
     let forbidden_directive = headers
         .get_all(header::CACHE_CONTROL)
         .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
+        .flat_map(|value| value.as_bytes().split(|&byte| byte == b','))
         .map(|directive| {
-            let name = directive.split('=').next().unwrap_or("");
-            name.trim().to_ascii_lowercase()
+            let name = directive.split(|&byte| byte == b'=').next().unwrap_or(&[]);
+            name.trim_ascii()
         })
-        .any(|name| name == "no-store" || name == "private");
+        .any(|name| {
+            name.eq_ignore_ascii_case(b"no-store") || name.eq_ignore_ascii_case(b"private")
+        });
     if forbidden_directive {
         return Some("cache-control no-store or private");
     }
@@ -120,6 +123,13 @@ mod tests {
             not_cacheable_reason(ok, &headers(&[("cache-control", "private=\"x\"")]), 10).is_some()
         );
         assert!(not_cacheable_reason(ok, &headers(&[("set-cookie", "a=b")]), 10).is_some());
+        // A directive list with a non-ASCII byte still names `private`.
+        let mut obs_text = HeaderMap::new();
+        obs_text.append(
+            header::CACHE_CONTROL,
+            HeaderValue::from_bytes(b"private, x=\xc3\xa9").expect("obs-text is a valid value"),
+        );
+        assert!(not_cacheable_reason(ok, &obs_text, 10).is_some());
         assert!(not_cacheable_reason(ok, &headers(&[("content-length", "11")]), 10).is_some());
         assert_eq!(
             not_cacheable_reason(ok, &headers(&[("content-length", "10")]), 10),
