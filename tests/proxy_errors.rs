@@ -84,7 +84,16 @@ async fn unreachable_origin_gets_502() {
             "/proxy?url={}&cacheDuration={duration}",
             encode(&format!("http://127.0.0.1:{port}/x"))
         ));
-        assert_json_error(&get(&url).await, 502, "bad_gateway");
+        let response = get(&url).await;
+        assert_json_error(&response, 502, "bad_gateway");
+        // The message names the origin once, whichever path failed (a
+        // fill's failure is copied to each of its readers).
+        let message = response.json()["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.starts_with(&format!("origin http://127.0.0.1:{port}: ")),
+            "cacheDuration={duration}: {message}"
+        );
+        assert_eq!(message.matches("origin").count(), 1, "{message}");
     }
 }
 
@@ -123,4 +132,52 @@ async fn non_get_methods_get_405() {
     let text = String::from_utf8_lossy(&response);
     assert!(text.starts_with("HTTP/1.1 405"), "{text}");
     assert!(text.contains("method_not_allowed"), "{text}");
+    assert!(text.contains("\r\nallow: GET, HEAD\r\n"), "{text}");
+}
+
+#[tokio::test]
+async fn head_is_served_like_get_without_a_body() {
+    let stack = stack("").await;
+    let target = encode(&stack.testbed.url("/bytes/1024"));
+    // Twice on one connection: the second head must start right after the
+    // first, so no body bytes may follow a HEAD answer.
+    let head = format!("HEAD /proxy?url={target}&cacheDuration=60 HTTP/1.1\r\nhost: x\r\n\r\n");
+    let request = format!(
+        "{head}{}",
+        head.replace("host: x\r\n", "host: x\r\nconnection: close\r\n")
+    );
+    let response = raw_exchange(stack.wharf.addr, request.as_bytes(), Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&response);
+    let answers: Vec<&str> = text
+        .split("HTTP/1.1 ")
+        .filter(|part| !part.is_empty())
+        .collect();
+    assert_eq!(answers.len(), 2, "{text}");
+    // The HEAD's miss filled the cache: the second finds the entry, or the
+    // fill if it has not committed yet.
+    for (answer, x_cache) in answers.iter().zip([&["miss"][..], &["hit", "coalesced"]]) {
+        assert!(answer.starts_with("200 OK\r\n"), "{text}");
+        assert!(answer.contains("\r\ncontent-length: 1024\r\n"), "{text}");
+        assert!(
+            x_cache
+                .iter()
+                .any(|value| answer.contains(&format!("\r\nx-cache: {value}\r\n"))),
+            "{text}"
+        );
+        assert!(
+            answer.ends_with("\r\n\r\n"),
+            "a body followed a HEAD answer: {text}"
+        );
+    }
+    // Pass-through too.
+    let bypass =
+        format!("HEAD /proxy?url={target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let response = raw_exchange(stack.wharf.addr, bypass.as_bytes(), Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("\r\nx-cache: bypass\r\n"), "{text}");
+    assert!(
+        text.ends_with("\r\n\r\n"),
+        "a body followed a HEAD answer: {text}"
+    );
 }

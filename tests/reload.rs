@@ -155,6 +155,12 @@ async fn invalid_reload_is_refused_and_the_old_config_stays() {
     .await;
     assert_eq!(response.status, 200, "{:?}", response.body);
     assert_eq!(version_seen(&stack.wharf).await, "7");
+
+    // Reloading takes POST; a GET is told which method to use.
+    let response = get(&stack.wharf.admin_url("/reload")).await;
+    assert_eq!(response.status, 405);
+    assert_eq!(response.header("allow"), "POST");
+    assert_eq!(version_seen(&stack.wharf).await, "7");
 }
 
 #[tokio::test]

@@ -147,11 +147,15 @@ async fn answer<B>(state: &AdminState, request: Request<B>) -> Response<Response
         return respond(state, &request);
     }
     if request.method() != http::Method::POST {
-        return json_error(
+        let mut response = json_error(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
             "use POST /reload",
         );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
     }
     let Some(reload) = state.reload.get() else {
         return json_error(

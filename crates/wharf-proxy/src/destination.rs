@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use url::{Host, Url};
 
 /// Why a request's `url` parameter is unusable (→ 400).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum TargetError {
     /// The parameter is absent or empty.
     #[error("missing url parameter")]

@@ -17,11 +17,12 @@ pub enum FaultSide {
     Origin,
 }
 
-/// A proxy call that could not be served normally.
-#[derive(Debug, thiserror::Error)]
+/// A proxy call that could not be served normally. `Clone` because a
+/// fill's failure reaches every call reading that fill.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ProxyError {
-    /// The method is not GET.
-    #[error("method {0} is not allowed: the proxy only serves GET")]
+    /// The method is neither GET nor HEAD.
+    #[error("method {0} is not allowed: the proxy only serves GET and HEAD")]
     Method(http::Method),
     /// The query string lacks `url`.
     #[error(

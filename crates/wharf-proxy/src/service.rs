@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use http::{Method, Request, Response};
+use http::{header, HeaderValue, Method, Request, Response};
 use tracing::{debug, warn};
 use url::Url;
 use wharf_cache::{FillFailure, FillReader, FillRegistry, Joined, MemoryCache};
@@ -245,7 +245,14 @@ impl Inner {
     /// The JSON answer to a refused or failed call.
     fn error_response(&self, error: &ProxyError) -> Response<ResponseBody> {
         debug!(error = %error, status = error.status().as_u16(), "call refused or failed");
-        json_error(error.status(), error.kind(), &error.to_string())
+        let mut response = json_error(error.status(), error.kind(), &error.to_string());
+        if let ProxyError::Method(_) = error {
+            // RFC 9110 §15.5.6: a 405 names the methods that are allowed.
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        response
     }
 
     /// Counts a served call, or answers its error.
@@ -263,7 +270,9 @@ impl Inner {
     }
 
     fn prepare(self: &Arc<Self>, request: Request<RequestBody>) -> Result<Start, ProxyError> {
-        if request.method() != Method::GET {
+        // HEAD is served as GET: the host writes no body for it (RFC 9110
+        // §9.3.2), and a miss still fills the cache.
+        if request.method() != Method::GET && request.method() != Method::HEAD {
             return Err(ProxyError::Method(request.method().clone()));
         }
         let raw = RawQuery::parse(request.uri().query())?;
@@ -306,7 +315,9 @@ impl Inner {
         cache_duration: u64,
     ) -> Result<(Response<ResponseBody>, CacheResult), ProxyError> {
         match joined {
-            Joined::Follower(reader) => stream_fill(reader, CacheResult::Coalesced, phases).await,
+            Joined::Follower(reader) => {
+                stream_fill(reader, &target.label, CacheResult::Coalesced, phases).await
+            }
             Joined::Leader(writer, reader) => {
                 let ttl = Duration::from_secs(cache_duration).min(self.max_ttl);
                 // Set by the fill before the head when the body comes from Redis.
@@ -326,7 +337,7 @@ impl Inner {
                 }
                 .spawn(writer);
                 let (mut response, mut result) =
-                    stream_fill(reader, CacheResult::Miss, phases).await?;
+                    stream_fill(reader, &target.label, CacheResult::Miss, phases).await?;
                 if let Some(source) = source.get() {
                     result = from_shared_tier(&mut response, source);
                 }
@@ -396,19 +407,20 @@ pub(crate) fn upstream_outcome<T>(fetched: &Result<T, ProxyError>) -> Outcome {
 /// Waits for the fill's head, then streams its body.
 async fn stream_fill(
     mut reader: FillReader,
+    origin: &str,
     result: CacheResult,
     phases: &Phases,
 ) -> Result<(Response<ResponseBody>, CacheResult), ProxyError> {
     let head = reader
         .head()
         .await
-        .map_err(|failure| fill_error(&failure))?;
+        .map_err(|failure| fill_error(&failure, origin))?;
     // Answer once the first body byte is there: a fill that fails before it
     // gets a 502/504, not a connection closed without any answer (hyper
     // drops a head it has not flushed when the body fails at once).
     let first = match reader.next_chunk().await {
         Some(Ok(chunk)) => Some(chunk),
-        Some(Err(failure)) => return Err(fill_error(&failure)),
+        Some(Err(failure)) => return Err(fill_error(&failure, origin)),
         None => None,
     };
     phases.enter(Phase::FirstByte);
@@ -418,37 +430,15 @@ async fn stream_fill(
     ))
 }
 
-/// The error a reader's call answers with when its fill failed.
-fn fill_error(failure: &FillFailure) -> ProxyError {
+/// The error a reader's call answers with when its fill failed: each
+/// reader gets its own copy of the shared failure. A failure that is not
+/// the proxy's own (the fill was abandoned) is named after `origin`.
+fn fill_error(failure: &FillFailure, origin: &str) -> ProxyError {
     match failure.downcast_ref::<ProxyError>() {
-        Some(error) => clone_error(error),
+        Some(error) => error.clone(),
         None => ProxyError::OriginUnavailable {
-            origin: String::new(),
+            origin: origin.to_owned(),
             message: failure.to_string(),
-        },
-    }
-}
-
-/// A fill failure is shared by every reader; each reader's response gets
-/// its own copy of the error (the sources are plain data).
-fn clone_error(error: &ProxyError) -> ProxyError {
-    match error {
-        ProxyError::Refused { host, source } => ProxyError::Refused {
-            host: host.clone(),
-            source: source.clone(),
-        },
-        ProxyError::OriginTimeout {
-            origin,
-            what,
-            after,
-        } => ProxyError::OriginTimeout {
-            origin: origin.clone(),
-            what,
-            after: *after,
-        },
-        other => ProxyError::OriginUnavailable {
-            origin: String::new(),
-            message: other.to_string(),
         },
     }
 }
