@@ -270,11 +270,16 @@ where
                 return Poll::Ready(());
             }
             Verdict::Idle => {
-                if !closing {
-                    debug!(peer = %peer_label, "idle_timeout; closing");
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
+                if closing {
+                    // A GOAWAY the client left unanswered for another idle
+                    // period: a peer that never closes would otherwise hold
+                    // its session slot (and `max_connections`) for ever.
+                    debug!(peer = %peer_label, "still open an idle_timeout after goaway; closing");
+                    return Poll::Ready(());
                 }
+                debug!(peer = %peer_label, "idle_timeout; closing");
+                closing = true;
+                connection.as_mut().graceful_shutdown();
                 tokio::time::Instant::now() + limits.idle_timeout
             }
         };
