@@ -277,6 +277,41 @@ async fn debug_inflight_lists_slow_calls_with_their_phase() {
 }
 
 #[tokio::test]
+async fn a_call_whose_client_leaves_before_the_status_counts_as_499() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&proxy_table("proxy", "/proxy", &testbed, "")).await;
+    let url = via(&wharf, "/proxy", &testbed, "/slow?ms=1500");
+    let target = url.trim_start_matches(&wharf.url(""));
+    let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
+    stream
+        .write_all(format!("GET {target} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    // Gone while the origin is still thinking: no status was ever sent.
+    let inflight_url = wharf.admin_url("/debug/inflight");
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            get(&inflight_url)
+                .await
+                .json()
+                .as_array()
+                .is_some_and(|calls| calls.len() == 1)
+        })
+        .await
+    );
+    drop(stream);
+    let counted = "wharf_calls_total{service=\"proxy\",code=\"499\"} 1";
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            metrics(&wharf).await.contains(counted)
+        })
+        .await,
+        "{}",
+        metrics(&wharf).await
+    );
+}
+
+#[tokio::test]
 async fn admin_health_and_readiness() {
     let wharf = start_wharf("").await;
     assert_eq!(get(&wharf.admin_url("/healthz")).await.status, 200);
@@ -365,6 +400,33 @@ async fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
     assert!(
         started.elapsed() >= Duration::from_millis(300),
         "closed before idle_timeout"
+    );
+}
+
+/// An HTTP/2 client that answers the idle GOAWAY with nothing (no PING ack,
+/// no close) is closed one idle period later: it must not keep its session
+/// slot for ever.
+#[tokio::test]
+async fn idle_http2_connection_that_ignores_goaway_is_closed() {
+    let wharf = start_wharf(&server_table(
+        "header_read_timeout = \"5s\"\nidle_timeout = \"400ms\"\n",
+    ))
+    .await;
+    let mut stream = TcpStream::connect(wharf.addr).await.unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS, empty
+    hello.extend_from_slice(&[0, 0, 0, 4, 1, 0, 0, 0, 0]); // SETTINGS ack
+                                                           // HEADERS on stream 1, END_STREAM | END_HEADERS: GET / (HPACK static
+                                                           // entries 2, 4, 6) with :authority "x".
+    hello.extend_from_slice(&[0, 0, 6, 1, 5, 0, 0, 0, 1, 0x82, 0x84, 0x86, 0x41, 1, b'x']);
+    stream.write_all(&hello).await.unwrap();
+    // Read what the server sends (its answer, then GOAWAY and PING) and
+    // never answer: the server must close within a few idle periods.
+    let started = Instant::now();
+    assert!(
+        closed_by_server(&mut stream, Duration::from_secs(4)).await,
+        "an HTTP/2 connection that ignored GOAWAY was still open after {:?}",
+        started.elapsed()
     );
 }
 

@@ -6,6 +6,11 @@ use std::time::Instant;
 
 use wharf_metrics::ServiceMetrics;
 
+/// The `code` of a call that ended before it had a status: its client went
+/// away first. nginx's 499 ("client closed request"), which no HTTP status
+/// uses; 0 would read as a status in every dashboard's `code` breakdown.
+pub const CLIENT_CLOSED: u16 = 499;
+
 /// Counts a service's calls.
 #[derive(Clone)]
 pub struct Count {
@@ -22,7 +27,7 @@ impl Count {
     pub(crate) fn begin(&self, started: Instant) -> CallCount {
         CallCount {
             metrics: self.metrics.clone(),
-            code: 0,
+            code: CLIENT_CLOSED,
             started,
         }
     }
