@@ -237,3 +237,17 @@ async fn sighup_reloads_the_running_binary_and_refuses_a_broken_file() {
     assert!(status.success(), "{logs}");
     assert!(logs.contains("reload refused"), "{logs}");
 }
+
+/// SIGHUP is "reload the config file" (log rotators send it too): without a
+/// file it is logged and ignored, never the default action that ends the process.
+#[tokio::test]
+async fn sighup_without_a_config_file_is_ignored() {
+    let wharf = WharfProcess::start_embedded();
+    wharf.signal("HUP");
+    // Still serving (the default action would have ended it at delivery).
+    assert_eq!(get(&wharf.url("/nothing")).await.status, 404);
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    assert!(status.success(), "ended by SIGHUP? {status:?} {logs}");
+    assert!(logs.contains("nothing to reload"), "{logs}");
+}

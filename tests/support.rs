@@ -99,6 +99,22 @@ impl WharfProcess {
         Self::spawn(command)
     }
 
+    /// Starts `wharf --log-format json serve` with the embedded default config, on
+    /// ports of the system's choosing, and waits (bounded) for its address.
+    pub(crate) fn start_embedded() -> WharfProcess {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"));
+        command.args([
+            "--log-format",
+            "json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ]);
+        Self::spawn(command)
+    }
+
     /// As [`WharfProcess::start`], with the open-files limit (soft and hard) set to
     /// `open_files` by the shell that execs it (the same process id).
     pub(crate) fn start_with_open_files(config: &std::path::Path, open_files: u64) -> WharfProcess {

@@ -90,11 +90,12 @@ pub(crate) async fn run(
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
     let shutdown = shutdown_signal();
-    if let Some(path) = path {
+    let reloader = path.map(|path| {
         let reloader = ConfigReloader::new(path, &config, catalogue, host.reloader(), overrides);
         host.on_reload(reloader.hook());
-        reload_on_sighup(reloader);
-    }
+        reloader
+    });
+    reload_on_sighup(reloader);
     let ready = exec_started.elapsed();
     metrics.startup_phase("config_load", config_load.as_secs_f64());
     metrics.startup_phase("telemetry_init", telemetry_init.as_secs_f64());
@@ -159,20 +160,23 @@ async fn warm_up(
     (report.elapsed, origin)
 }
 
-/// Watches SIGINT and SIGTERM from this call on, and resolves on the first of them. The
-/// handlers are installed here, not at the first poll: a signal sent as soon as
-/// "wharf listening" is logged must stop wharf cleanly, not kill it (default action).
-/// Call it inside the runtime.
-/// Reloads the config on every SIGHUP (the handler is installed now, so a
-/// SIGHUP right after start-up is not fatal).
-fn reload_on_sighup(reloader: Arc<ConfigReloader>) {
+/// Reloads the config on every SIGHUP, or logs that there is nothing to reload when
+/// no file was given (the handler is installed now, so a SIGHUP right after start-up
+/// is not fatal).
+fn reload_on_sighup(reloader: Option<Arc<ConfigReloader>>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
+        // Watched with or without a file: SIGHUP's default action ends the
+        // process, and log rotators send it to whatever runs.
         match signal(SignalKind::hangup()) {
             Ok(mut hangup) => {
                 tokio::spawn(async move {
                     while hangup.recv().await.is_some() {
+                        let Some(reloader) = &reloader else {
+                            info!("SIGHUP: nothing to reload (the embedded default runs); ignored");
+                            continue;
+                        };
                         info!("SIGHUP: reloading the config");
                         // reload() logs both outcomes; a refusal keeps the old config.
                         let _ = reloader.reload().await;
@@ -188,6 +192,10 @@ fn reload_on_sighup(reloader: Arc<ConfigReloader>) {
     drop(reloader);
 }
 
+/// Watches SIGINT and SIGTERM from this call on, and resolves on the first of them. The
+/// handlers are installed here, not at the first poll: a signal sent as soon as
+/// "wharf listening" is logged must stop wharf cleanly, not kill it (default action).
+/// Call it inside the runtime.
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     let (interrupt, terminate) = {
