@@ -430,6 +430,31 @@ async fn idle_http2_connection_that_ignores_goaway_is_closed() {
     );
 }
 
+/// A head over max_header_bytes gets the JSON 431 over HTTP/2 too, not h2's
+/// own empty one (h2 counts 32 more bytes per field than wharf does).
+#[tokio::test]
+async fn http2_head_over_max_header_bytes_gets_the_json_431() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let wharf = start_wharf(&server_table("max_header_bytes = \"8KiB\"\n")).await;
+    let client = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<bytes::Bytes>>();
+    let request = http::Request::get(wharf.url("/nothing"))
+        .header("x-pad", "a".repeat(9000))
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(response.status(), 431);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["error"], "headers_too_large", "{json}");
+}
+
 /// The drain reaches sessions waiting between requests at once, also after several calls
 /// (the session then checks the drain signal without polling it: a lost wake-up would show
 /// here as a connection held until `idle_timeout`).
