@@ -232,6 +232,45 @@ async fn call_spans_are_exported_over_otlp_http() {
     );
 }
 
+/// Every phase event is logged inside its call's span, the host's own
+/// (`queued`, `processing`, `body`) too, and every call passes `queued`.
+#[tokio::test]
+async fn phase_events_are_inside_the_call_span() {
+    let config = config_file(
+        "telemetry-phases",
+        &format!("{LISTENERS}{PROXY}\n[telemetry]\nlog_level = \"info,wharf_host::call=debug\"\n"),
+    );
+    let mut wharf = Wharf::serve(&config, &["--log-format", "pretty"]);
+    let listening = wharf.wait_for_line("wharf listening");
+    let addr = field(&listening, "addr");
+    // Answered at once (no `url`): the ready path, which skips the service's future.
+    assert_eq!(get(&format!("http://{addr}/proxy")).await.status, 400);
+    wharf.wait_for_line("target=/proxy}: wharf_host::call: phase phase=\"body_done\"");
+    let (status, log) = wharf.terminate().await;
+    assert!(status.success(), "exit {status:?}\n{log}");
+    let phases: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains(" phase phase="))
+        .collect();
+    for line in &phases {
+        assert!(
+            line.contains("call{call_id="),
+            "a phase outside its call span: {line}"
+        );
+    }
+    // The start-up warm-up's calls (service warm-up-proxy) are left out.
+    let names: Vec<&str> = phases
+        .iter()
+        .filter(|line| line.contains(" service=proxy "))
+        .map(|line| field(line, "phase"))
+        .collect();
+    assert_eq!(
+        names,
+        ["\"queued\"", "\"processing\"", "\"body\"", "\"body_done\""],
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn log_format_comes_from_the_config_unless_the_flag_says_otherwise() {
     let config = config_file(

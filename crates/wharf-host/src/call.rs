@@ -100,10 +100,25 @@ impl CallContext {
         self.entry.id
     }
 
-    /// Moves the call to `phase` and emits the phase event.
+    /// Moves the call to `phase` and emits the phase event (in the span the
+    /// caller is in: services run inside the call's span).
     pub fn enter(&self, phase: Phase) {
         self.entry.phase.store(phase as u8, Ordering::Relaxed);
         tracing::debug!(
+            phase = phase.as_str(),
+            elapsed_ms = self.entry.started.elapsed().as_secs_f64() * 1e3,
+            "phase"
+        );
+    }
+
+    /// As [`CallContext::enter`], the event's parent being `span` (the call's
+    /// own): for the host's layers, which run outside the span. Naming the
+    /// parent costs nothing when the event is not enabled; entering the span
+    /// would cost on every call.
+    pub(crate) fn enter_in(&self, span: &tracing::Span, phase: Phase) {
+        self.entry.phase.store(phase as u8, Ordering::Relaxed);
+        tracing::debug!(
+            parent: span,
             phase = phase.as_str(),
             elapsed_ms = self.entry.started.elapsed().as_secs_f64() * 1e3,
             "phase"

@@ -83,7 +83,7 @@ impl Stack {
         let started = Instant::now();
         let trace = self.trace.begin(&mut request, started);
         let count = self.count.begin(started);
-        match self.throttle.try_admit(trace.call()) {
+        match self.throttle.try_admit(trace.call(), trace.span()) {
             Some(permit) => {
                 let mut inner = trace.span().in_scope(|| self.service.call(request));
                 let guards = CallGuards {
@@ -150,7 +150,7 @@ struct CallGuards {
 impl CallGuards {
     /// The call's response, its body holding the guards.
     fn respond(mut self, response: Response<ResponseBody>) -> Response<ResponseBody> {
-        self.trace.call().enter(Phase::Body);
+        self.trace.call().enter_in(self.trace.span(), Phase::Body);
         self.count.set_status(response.status().as_u16());
         guard_body(response, self)
     }

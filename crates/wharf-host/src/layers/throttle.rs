@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use http::{header, HeaderValue, Response, StatusCode};
+use tracing::Span;
 use wharf_limits::{Bulkhead, CallPermit, Throttled};
 use wharf_metrics::ServiceMetrics;
 
@@ -25,20 +26,22 @@ impl Throttle {
         Self { bulkhead, metrics }
     }
 
-    /// A free slot for the call now, without queueing.
-    pub(crate) fn try_admit(&self, call: &CallContext) -> Option<CallPermit> {
+    /// A free slot for the call now, without queueing. Every call passes
+    /// `queued`, if only for this instant (docs/tracing.md); `span` is the call's.
+    pub(crate) fn try_admit(&self, call: &CallContext, span: &Span) -> Option<CallPermit> {
+        call.enter_in(span, Phase::Queued);
         let permit = self.bulkhead.try_acquire()?;
-        call.enter(Phase::Processing);
+        call.enter_in(span, Phase::Processing);
         Some(permit)
     }
 
-    /// A slot for the call (after queueing if every slot is taken), or the
-    /// 503 that refuses it.
+    /// A slot for a call that [`Throttle::try_admit`] found none for (so it
+    /// is in `queued` already), after waiting in the queue, or the 503 that
+    /// refuses it. The caller polls this inside the call's span.
     pub(crate) async fn admit(
         &self,
         call: &CallContext,
     ) -> Result<CallPermit, Response<ResponseBody>> {
-        call.enter(Phase::Queued);
         match self.bulkhead.acquire().await {
             Ok(permit) => {
                 call.enter(Phase::Processing);
