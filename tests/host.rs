@@ -321,6 +321,66 @@ async fn admin_health_and_readiness() {
     assert_eq!(get(&wharf.admin_url("/nope")).await.status, 404);
 }
 
+/// /metrics answers in the format the scraper asks for: OpenMetrics when its
+/// Accept lists it (Prometheus does), else the classic text format, whose
+/// counter types name their samples.
+#[tokio::test]
+async fn metrics_come_in_the_format_the_scraper_accepts() {
+    let wharf = start_wharf("[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n").await;
+    let classic = get(&wharf.admin_url("/metrics")).await;
+    assert_eq!(
+        classic.header("content-type"),
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = String::from_utf8(classic.bytes().to_vec()).unwrap();
+    assert!(
+        text.contains("\n# TYPE wharf_calls_total counter\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT"),
+        "{text}"
+    );
+    // Every sample belongs to a family a # TYPE line names.
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split(' ').next())
+        .collect();
+    for sample in text.lines().filter(|line| !line.starts_with('#')) {
+        let name = sample.split(['{', ' ']).next().unwrap();
+        assert!(
+            typed.iter().any(|family| name == *family
+                || ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|suffix| name.strip_suffix(suffix) == Some(family))),
+            "{name} has no # TYPE line"
+        );
+    }
+
+    let prometheus_accept =
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let openmetrics = get_with(
+        &wharf.admin_url("/metrics"),
+        &[("accept", prometheus_accept)],
+    )
+    .await;
+    assert_eq!(
+        openmetrics.header("content-type"),
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let text = String::from_utf8(openmetrics.bytes().to_vec()).unwrap();
+    assert!(text.contains("\n# TYPE wharf_calls counter\n"), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    // Refused with q=0: the classic format.
+    let refused = get_with(
+        &wharf.admin_url("/metrics"),
+        &[("accept", "application/openmetrics-text; q=0, text/plain")],
+    )
+    .await;
+    assert!(refused.header("content-type").starts_with("text/plain"));
+}
+
 /// One keep-alive call on `stream` to a path nothing serves: the host's own 404.
 async fn call_nothing(stream: &mut TcpStream) {
     stream

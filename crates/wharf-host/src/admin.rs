@@ -103,10 +103,17 @@ pub fn respond<B>(state: &AdminState, request: &Request<B>) -> Response<Response
             "text/plain; charset=utf-8",
             "not ready\n".into(),
         ),
+        // Prometheus asks for OpenMetrics first in its Accept header; curl and
+        // older scrapers get the classic format, which types counters their way.
+        "/metrics" if accepts_openmetrics(request) => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            state.metrics.encode(),
+        ),
         "/metrics" => text(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.encode(),
+            state.metrics.encode_classic(),
         ),
         "/debug/inflight" => {
             let calls = state.inflight.snapshot();
@@ -121,6 +128,28 @@ pub fn respond<B>(state: &AdminState, request: &Request<B>) -> Response<Response
             ),
         ),
     }
+}
+
+/// Whether the scraper lists OpenMetrics text among the media types it takes
+/// (and not with `q=0`).
+fn accepts_openmetrics<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media_type = parts.next().unwrap_or("");
+            media_type.eq_ignore_ascii_case("application/openmetrics-text")
+                && !parts.any(|param| {
+                    param
+                        .strip_prefix("q=")
+                        .and_then(|q| q.parse::<f32>().ok())
+                        .is_some_and(|q| q == 0.0)
+                })
+        })
 }
 
 /// Compares without stopping at the first difference, so response times

@@ -14,6 +14,7 @@
 //! Scale-out counters (SPEC §8) have their own modules: [`shared`] for a
 //! proxy's Redis tier, [`queue`] for a JetStream-backed `queue` service.
 
+mod classic;
 mod handles;
 pub mod names;
 pub mod queue;
@@ -396,7 +397,14 @@ impl Metrics {
         }
     }
 
-    /// Samples live values and renders the Prometheus text format.
+    /// Samples live values and renders them in the classic Prometheus text
+    /// format (0.0.4): what a scraper that does not ask for OpenMetrics reads.
+    pub fn encode_classic(&self) -> String {
+        classic::from_openmetrics(&self.encode())
+    }
+
+    /// Samples live values and renders them in the OpenMetrics text format
+    /// (`application/openmetrics-text; version=1.0.0`).
     pub fn encode(&self) -> String {
         for (_, sampler) in self
             .samplers
