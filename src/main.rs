@@ -65,6 +65,7 @@ fn run(
             };
             let telemetry_init = started.elapsed();
             report_fd_table(&fd_table);
+            telemetry::warn_of_ignored_proxy_variables();
             on_a_worker(
                 runtime,
                 cli::serve::run(loaded, telemetry_init, exec_started),

@@ -130,6 +130,32 @@ pub(crate) fn init(
     Ok(TelemetryGuard { provider })
 }
 
+/// The proxy variables other HTTP clients honour. wharf reaches origins and backends
+/// directly (SPEC §3: none is honoured silently), so each one set is logged.
+const PROXY_ENV: [&str; 8] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// Logs a warning for each proxy variable set in the environment: a user who set one
+/// for wharf must learn that it has no effect. Call it once the subscriber is installed.
+pub(crate) fn warn_of_ignored_proxy_variables() {
+    for name in PROXY_ENV {
+        if std::env::var_os(name).is_some_and(|value| !value.is_empty()) {
+            tracing::warn!(
+                variable = name,
+                "{name} is set and ignored: wharf connects to origins and backends directly"
+            );
+        }
+    }
+}
+
 /// The log filter: `RUST_LOG` if set and valid, else `log_level`; plus a warning when
 /// `RUST_LOG` was set but invalid.
 fn log_filter(config: &TelemetryConfig) -> anyhow::Result<(EnvFilter, Option<String>)> {

@@ -110,11 +110,17 @@ struct Wharf {
 impl Wharf {
     /// Runs `wharf [flags] serve --config FILE` with `RUST_LOG` unset.
     fn serve(config: &PathBuf, flags: &[&str]) -> Wharf {
+        Self::serve_with_env(config, flags, &[])
+    }
+
+    /// As [`Wharf::serve`], with `env` added to the environment.
+    fn serve_with_env(config: &PathBuf, flags: &[&str], env: &[(&str, String)]) -> Wharf {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
             .args(flags)
             .args(["serve", "--config"])
             .arg(config)
             .env_remove("RUST_LOG")
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -347,4 +353,40 @@ fn check_refuses_a_bad_otlp_endpoint_or_sample_ratio_naming_the_key() {
         "[telemetry]\notlp_endpoint = \"https://collector.example:4318\"\nsample_ratio = 0.5\nlog_format = \"json\"\n",
     );
     assert!(ok, "{text}");
+}
+
+/// The proxy variables other clients honour change nothing (SPEC §3: none is
+/// honoured silently), and each one set is named in a warning at start.
+#[tokio::test]
+async fn proxy_environment_variables_are_ignored_and_said_to_be() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    // Where a client honouring the variables would connect instead.
+    let decoy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let decoy_url = format!("http://{}", decoy.local_addr().unwrap());
+    let config = config_file(
+        "telemetry-proxy-env",
+        &format!("{LISTENERS}{PROXY}allow_private_networks = true\n"),
+    );
+    let env = [
+        ("HTTP_PROXY", decoy_url.clone()),
+        ("https_proxy", decoy_url.clone()),
+        ("ALL_PROXY", decoy_url),
+    ];
+    let mut wharf = Wharf::serve_with_env(&config, &[], &env);
+    let listening = wharf.wait_for_line("wharf listening");
+    let addr = field(&listening, "addr");
+    let target = encode(&testbed.url("/fast"));
+    let response = get(&format!("http://{addr}/proxy?url={target}")).await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    assert_eq!(testbed.hits("/fast"), 1);
+    let decoy_used = tokio::time::timeout(Duration::from_millis(50), decoy.accept()).await;
+    assert!(decoy_used.is_err(), "a proxy variable was honoured");
+    let (status, log) = wharf.terminate().await;
+    assert!(status.success(), "exit {status:?}\n{log}");
+    for (name, _) in &env {
+        assert!(
+            log.contains(&format!("{name} is set and ignored")),
+            "{name}:\n{log}"
+        );
+    }
 }
