@@ -49,6 +49,9 @@ pub enum ProxyError {
     /// `cacheDuration` is not whole seconds.
     #[error("cacheDuration {0:?} is not a whole number of seconds (e.g. cacheDuration=60)")]
     CacheDuration(String),
+    /// `cacheDuration` is whole seconds, but more digits than any cache keeps.
+    #[error("cacheDuration {0:?} is too large: at most 10 digits (max_ttl caps it anyway)")]
+    CacheDurationTooLarge(String),
     /// The destination is not allowed.
     #[error("destination {host} refused: {source}")]
     Refused {
@@ -96,7 +99,8 @@ impl ProxyError {
             | ProxyError::BadEncoding { .. }
             | ProxyError::Repeated(_)
             | ProxyError::Target { .. }
-            | ProxyError::CacheDuration(_) => StatusCode::BAD_REQUEST,
+            | ProxyError::CacheDuration(_)
+            | ProxyError::CacheDurationTooLarge(_) => StatusCode::BAD_REQUEST,
             ProxyError::Refused { .. } => StatusCode::FORBIDDEN,
             ProxyError::OriginUnavailable { .. } | ProxyError::OriginBody { .. } => {
                 StatusCode::BAD_GATEWAY
@@ -113,7 +117,8 @@ impl ProxyError {
             | ProxyError::BadEncoding { .. }
             | ProxyError::Repeated(_)
             | ProxyError::Target { .. }
-            | ProxyError::CacheDuration(_) => "bad_request",
+            | ProxyError::CacheDuration(_)
+            | ProxyError::CacheDurationTooLarge(_) => "bad_request",
             ProxyError::Refused { .. } => "forbidden",
             ProxyError::OriginUnavailable { .. } | ProxyError::OriginBody { .. } => "bad_gateway",
             ProxyError::OriginTimeout { .. } => "gateway_timeout",

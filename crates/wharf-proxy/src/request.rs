@@ -106,6 +106,9 @@ fn parse_duration(text: &str) -> Result<u64, ProxyError> {
         _ if text.bytes().all(|b| b.is_ascii_digit()) && text.len() <= 10 => text
             .parse()
             .map_err(|_| ProxyError::CacheDuration(text.to_owned())),
+        _ if text.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(ProxyError::CacheDurationTooLarge(text.to_owned()))
+        }
         _ => Err(ProxyError::CacheDuration(text.to_owned())),
     }
 }
@@ -192,7 +195,7 @@ mod tests {
             ),
             (
                 Some("url=http://a.example/&cacheDuration=99999999999"),
-                "cacheDuration",
+                "cacheDuration \"99999999999\" is too large",
             ),
             (
                 Some("url=http://a.example/&cacheDuration=abc"),
