@@ -84,13 +84,17 @@ impl Rewrite {
     }
 
     /// Rewrites a request's headers for the backend: hop-by-hop headers
-    /// (and those named in `connection`) dropped, `x-forwarded-for` appended with the
-    /// client, `via` added. The route's own rules are in [`Rewrite::edits`], for the
+    /// (and those named in `connection`) and `expect` dropped, `x-forwarded-for` appended
+    /// with the client, `via` added. The route's own rules are in [`Rewrite::edits`], for the
     /// writer of the head, except those on `host`, `x-forwarded-for` and `via`, which
     /// are applied here first (a `set` `x-forwarded-for` is then extended with the client,
     /// as one the client sent would be).
     pub fn request(&self, headers: &mut HeaderMap, client: Option<IpAddr>) {
         strip_hop_by_hop(headers);
+        // The host met the client's expectation (its `100 Continue`, RFC 9110 §10.1.1) and
+        // the body comes whole: asked again, the backend's own `100 Continue` would only be
+        // one more interim answer for the upstream exchange to skip.
+        headers.remove(header::EXPECT);
         for name in &self.in_map.remove {
             headers.remove(name);
         }
@@ -298,6 +302,21 @@ mod tests {
              via: 1.1 wharf\r\n\
              x-forwarded-for: 192.0.2.1, 127.0.0.1\r\n\r\n",
             "the set host is what the forward sees; the client's via is removed, wharf's added"
+        );
+    }
+
+    #[test]
+    fn the_expectation_the_host_answered_is_not_forwarded() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::EXPECT, HeaderValue::from_static("100-continue"));
+        headers.insert("x-keep", HeaderValue::from_static("yes"));
+        let head = written(&Rewrite::new(vec![], vec![]), &mut headers);
+        assert_eq!(
+            head,
+            "GET / HTTP/1.1\r\n\
+             via: 1.1 wharf\r\n\
+             x-forwarded-for: 127.0.0.1\r\n\
+             x-keep: yes\r\n\r\n"
         );
     }
 

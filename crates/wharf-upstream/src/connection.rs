@@ -60,7 +60,7 @@ pub struct Connection {
 enum BodySent {
     /// Every byte went out.
     Complete,
-    /// The upstream began answering first; the rest of the body was not sent.
+    /// The upstream began a final answer first; the rest of the body was not sent.
     Interrupted,
 }
 
@@ -144,11 +144,24 @@ impl Connection {
         })?;
         let mut body_started = false;
         let mut keep_alive_allowed = true;
+        // Response bytes read so far (interim answers read while the body was being sent).
+        let mut received = self.buf.len();
         let written = match framing {
             RequestFraming::None | RequestFraming::Length(0) => self.write_head(&head).await,
             RequestFraming::Length(_) | RequestFraming::Chunked => {
+                let sending = Sending {
+                    method: request.method,
+                    fields: request.response_fields,
+                    framing,
+                };
                 match self
-                    .write_with_body(Bytes::from(head), body, framing, &mut body_started)
+                    .write_with_body(
+                        Bytes::from(head),
+                        body,
+                        sending,
+                        &mut body_started,
+                        &mut received,
+                    )
                     .await
                 {
                     Ok(BodySent::Complete) => Ok(()),
@@ -163,7 +176,8 @@ impl Connection {
             }
         };
         if let Err(error) = written {
-            let stale = reused && !body_started && is_reset(&error);
+            // An upstream that sent anything (an interim answer) was there: not stale.
+            let stale = reused && !body_started && received == 0 && is_reset(&error);
             return Err(SendError { error, stale });
         }
         self.receive(
@@ -171,6 +185,7 @@ impl Connection {
             request.response_fields,
             reused && !body_started,
             keep_alive_allowed,
+            received,
             slot,
         )
         .await
@@ -184,16 +199,17 @@ impl Connection {
     }
 
     /// Reads the response head once the request is out, keeping its `fields` as asked.
-    /// `retry_safe`: a failure before any response byte marks the error stale.
+    /// `retry_safe`: a failure before any response byte marks the error stale; `received`:
+    /// the response bytes read while the request was being sent.
     async fn receive(
         mut self,
         method: &Method,
         fields: HeadFields,
         retry_safe: bool,
         keep_alive_allowed: bool,
+        mut received: usize,
         slot: Option<PoolSlot>,
     ) -> Result<Response<ResponseBody>, SendError> {
-        let mut received = self.buf.len();
         let parsed = poll_fn(|cx| self.poll_head(cx, method, fields, &mut received)).await;
         match parsed {
             Ok(parsed) => Ok(self.respond(parsed, keep_alive_allowed, slot)),
@@ -232,19 +248,22 @@ impl Connection {
         self.io.flush().await.map_err(UpstreamError::Write)
     }
 
-    /// Writes the head and streams the body with `framing`, stopping early if the upstream
-    /// starts answering (it may refuse a body without reading it).
+    /// Writes the head and streams the body with `sending.framing`, stopping early if the
+    /// upstream starts a final answer (it may refuse a body without reading it). Interim
+    /// answers read meanwhile are skipped and counted in `received`.
     async fn write_with_body<B>(
         &mut self,
         head: Bytes,
         mut body: Pin<&mut B>,
-        framing: RequestFraming,
+        sending: Sending<'_>,
         body_started: &mut bool,
+        received: &mut usize,
     ) -> Result<BodySent, UpstreamError>
     where
         B: Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let framing = sending.framing;
         let chunked = framing == RequestFraming::Chunked;
         let declared = match framing {
             RequestFraming::Length(len) => Some(len),
@@ -260,7 +279,7 @@ impl Connection {
                     Poll::Ready(Err(error)) => {
                         return Poll::Ready(Err(UpstreamError::Write(error)))
                     }
-                    Poll::Pending => return self.pending_unless_answering(cx),
+                    Poll::Pending => return self.pending_unless_answering(cx, &sending, received),
                 }
             }
             if body_done {
@@ -307,22 +326,54 @@ impl Connection {
                     }
                     body_done = true;
                 }
-                Poll::Pending => return self.pending_unless_answering(cx),
+                Poll::Pending => return self.pending_unless_answering(cx, &sending, received),
             }
         })
         .await
     }
 
     /// While the request body waits (on the client, or on a full socket), an upstream that
-    /// has started to answer ends the sending. TLS hides that signal; its body is sent whole.
+    /// has started a final answer ends the sending. TLS hides that signal; its body is sent
+    /// whole.
+    ///
+    /// Interim (1xx) answers are read and skipped here, and the sending goes on: an upstream
+    /// may send `100 Continue` unasked, or to an `expect` another client put on the request
+    /// (RFC 9110 §15.2: a client parses any 1xx; §10.1.1: it need not wait for one). Taken
+    /// for the start of the answer, it left the body unsent and the call waiting for a
+    /// final answer that an upstream still reading the body never gives. A final head, a
+    /// head that does not parse (101 among them) or the connection's end interrupt the
+    /// sending; [`Connection::receive`] then reads or reports them from the buffer.
     fn pending_unless_answering(
-        &self,
+        &mut self,
         cx: &mut Context<'_>,
+        sending: &Sending<'_>,
+        received: &mut usize,
     ) -> Poll<Result<BodySent, UpstreamError>> {
-        if !matches!(self.io, UpstreamStream::Tls(_)) && self.io.poll_read_ready(cx).is_ready() {
-            return Poll::Ready(Ok(BodySent::Interrupted));
+        if matches!(self.io, UpstreamStream::Tls(_)) {
+            return Poll::Pending;
         }
-        Poll::Pending
+        loop {
+            if !self.buf.is_empty() {
+                match parse_response_head(&self.buf, sending.method, sending.fields) {
+                    Ok(HeadParse::Interim(len)) => {
+                        self.buf.advance(len);
+                        continue;
+                    }
+                    // Possibly an interim answer: read on before deciding.
+                    Ok(HeadParse::Partial) => {}
+                    Ok(HeadParse::Complete(..)) | Err(_) => {
+                        return Poll::Ready(Ok(BodySent::Interrupted))
+                    }
+                }
+            }
+            // Pending registers the task for the upstream's next bytes, as the write or the
+            // body registered it for theirs.
+            match ready!(self.poll_read_more(cx)) {
+                Ok(0) => return Poll::Ready(Ok(BodySent::Interrupted)),
+                Ok(n) => *received += n,
+                Err(error) => return Poll::Ready(Err(UpstreamError::Read(error))),
+            }
+        }
     }
 
     /// Reads until a final response head is complete; skips interim (1xx) responses.
@@ -402,6 +453,14 @@ impl Connection {
     }
 }
 
+/// What [`Connection::write_with_body`] needs of the request besides its bytes: the framing
+/// of its body, and how to read an answer that comes while the body is being sent.
+struct Sending<'a> {
+    method: &'a Method,
+    fields: HeadFields,
+    framing: RequestFraming,
+}
+
 /// Writes as much of `parts` as the socket takes now (vectored), dropping what went out.
 fn write_parts(
     io: &mut UpstreamStream,
@@ -418,9 +477,10 @@ fn write_parts(
     Poll::Ready(Ok(()))
 }
 
-/// A write failure that a closed idle connection produces.
+/// A write failure that a closed idle connection produces (or a read failure, when reading
+/// an answer while the body was being sent met it first).
 pub(crate) fn is_reset(error: &UpstreamError) -> bool {
-    matches!(error, UpstreamError::Write(io) if matches!(
+    matches!(error, UpstreamError::Write(io) | UpstreamError::Read(io) if matches!(
         io.kind(),
         io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
     ))

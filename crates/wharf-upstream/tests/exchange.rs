@@ -524,6 +524,80 @@ async fn an_upstream_that_answers_before_taking_the_body_is_heard() {
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
 
+#[tokio::test]
+async fn interim_answers_while_the_body_waits_do_not_stop_the_body() {
+    // RFC 9110 §15.2: a client parses a 1xx it did not ask for. An upstream that sends
+    // `100 Continue` (here with a `103` after it) and then reads the body is not answering
+    // yet: the body goes on, and the final answer follows it. Before, the interim answer
+    // ended the sending and the call waited for an answer that never came.
+    let (interim_sent, interim_out) = tokio::sync::mpsc::channel::<()>(1);
+    let server = Scripted::start(move |mut stream| {
+        let interim_sent = interim_sent.clone();
+        async move {
+            read_head(&mut stream).await;
+            let interim =
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </s>\r\n\r\n";
+            stream.write_all(interim).await.unwrap();
+            let _ = interim_sent.send(()).await;
+            let mut raw = Vec::new();
+            let mut byte = [0u8; 1];
+            while !raw.ends_with(b"0\r\n\r\n") {
+                if stream.read(&mut byte).await.unwrap() == 0 {
+                    return;
+                }
+                raw.push(byte[0]);
+            }
+            let answer = format!("len={}", raw.len());
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        }
+    })
+    .await;
+    let mut interim_out = interim_out;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+    let connection = server.connect().await;
+    let call = tokio::spawn(async move {
+        let headers = get_headers();
+        let post = RequestHead {
+            method: &Method::POST,
+            target: "/upload",
+            headers: &headers,
+            edits: FieldEdits::NONE,
+            response_fields: HeadFields::All,
+        };
+        let body = StreamBody::new(tokio_stream_from(rx));
+        let response = connection.send(post, std::pin::pin!(body), None).await?;
+        Ok::<_, wharf_upstream::SendError>((
+            response.status(),
+            read_all(response.into_body()).await,
+        ))
+    });
+    tx.send(Ok(Frame::data(Bytes::from_static(b"abc"))))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), interim_out.recv())
+        .await
+        .expect("the upstream got the request head");
+    // Time for the connection to see the interim answers while the body waits. The pause
+    // cannot fail the test; too short, it would only let a regression go unseen.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tx.send(Ok(Frame::data(Bytes::from_static(b"defg"))))
+        .await
+        .unwrap();
+    drop(tx);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(3), call)
+        .await
+        .expect("the final answer came after the body")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    // "3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n" is 22 bytes on the wire.
+    assert_eq!(body.unwrap(), b"len=22");
+}
+
 /// A receiver as a stream.
 fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
