@@ -568,3 +568,217 @@ async fn a_head_answer_keeps_the_length_the_backend_stated() {
     assert_eq!(values_of(&fields, "content-type"), ["application/zip"]);
     assert!(body.is_empty(), "a HEAD answer has no body: {body:?}");
 }
+
+/// Reads from `stream` until a request head is complete; the head's text and the bytes read
+/// past it.
+async fn read_request_head(stream: &mut tokio::net::TcpStream) -> (String, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let mut read = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&read[..end]).into_owned();
+            return (head, read[end + 4..].to_vec());
+        }
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the request head ended early: {read:?}");
+        read.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test]
+async fn an_expect_100_continue_post_reaches_the_backend_whole_and_without_the_expectation() {
+    // wharf answers the client's expectation itself (RFC 9110 §10.1.1): the backend gets the
+    // body without being asked for a `100 Continue` that would look like the start of its
+    // answer. Before, the call waited for the route's timeout and ended with 504.
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "echo",
+        "/echo",
+        &[base(&testbed)],
+        "timeout = \"3s\"",
+    ))
+    .await;
+    let upload: Vec<u8> = (0..300 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+    let response = send(
+        "POST",
+        &wharf.url("/echo"),
+        &[("expect", "100-continue")],
+        Bytes::from(upload.clone()),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    let echo = response.json();
+    assert_eq!(echo["body_len"], upload.len());
+    assert!(
+        echo["body"].as_str().unwrap().as_bytes() == upload.as_slice(),
+        "the body's bytes"
+    );
+    assert!(
+        echoed_header(&echo, "expect").is_empty(),
+        "the expectation went upstream: {}",
+        echo["headers"]
+    );
+}
+
+#[tokio::test]
+async fn a_backend_that_sends_100_continue_unasked_still_gets_the_whole_body() {
+    // RFC 9110 §15.2: a client must parse a 1xx it did not ask for. An interim answer while
+    // the request body is still coming is not the backend answering: the body goes on.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const LEN: usize = 256 * 1024;
+    const FIRST: usize = 16 * 1024;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}", listener.local_addr().unwrap());
+    let (continued, continue_sent) = tokio::sync::oneshot::channel();
+    let (delivered, body_received) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let (head, mut body) = read_request_head(&mut stream).await;
+        assert!(
+            head.to_ascii_lowercase()
+                .contains(&format!("content-length: {LEN}")),
+            "{head}"
+        );
+        stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .unwrap();
+        let _ = continued.send(());
+        let mut buf = [0u8; 16 * 1024];
+        while body.len() < LEN {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the body ended at {} bytes", body.len());
+            body.extend_from_slice(&buf[..n]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\nreceived")
+            .await
+            .unwrap();
+        let _ = delivered.send(body);
+        // Held open until wharf closes it.
+        let _ = stream.read(&mut buf).await;
+    });
+    let wharf = start_wharf(&route_table("up", "/up", &[backend], "timeout = \"3s\"")).await;
+    let upload: Vec<u8> = (0..LEN).map(|i| b'a' + (i % 26) as u8).collect();
+    // The client holds the rest of its body until the backend's interim answer is out, so
+    // that wharf sees it while the body is pending.
+    let mut client = tokio::net::TcpStream::connect(wharf.addr).await.unwrap();
+    let head = format!(
+        "POST /up/x HTTP/1.1\r\nhost: a\r\ncontent-length: {LEN}\r\nconnection: close\r\n\r\n"
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(&upload[..FIRST]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), continue_sent)
+        .await
+        .expect("the backend got the request head")
+        .unwrap();
+    client.write_all(&upload[FIRST..]).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut raw))
+        .await
+        .expect("wharf answered and closed")
+        .unwrap();
+    let (status, _fields, body) = split_response(&raw);
+    assert_eq!(
+        status,
+        "HTTP/1.1 200 OK",
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    assert_eq!(body, b"received");
+    let received = body_received.await.unwrap();
+    assert_body_is(&received, &upload, "the body the backend got");
+}
+
+#[tokio::test]
+async fn a_client_gone_before_the_answer_stops_counting_against_its_backend() {
+    // least_outstanding keeps configuration order on ties: once nothing counts against `a`,
+    // calls go to `a`. A call whose client left while it waited for `a`'s answer must stop
+    // counting against `a` (before, it counted for ever and `b` took every call).
+    use tokio::io::AsyncWriteExt;
+    let (a, b, wharf) = two_backends("/", "least_outstanding").await;
+    let mut client = tokio::net::TcpStream::connect(wharf.addr).await.unwrap();
+    client
+        .write_all(b"GET /slow?ms=1500 HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        poll_until(Duration::from_secs(3), || async { a.hits("/slow") == 1 }).await,
+        "the slow call reached a"
+    );
+    drop(client);
+    let freed = poll_until(Duration::from_secs(3), || async {
+        assert_eq!(get(&wharf.url("/fast")).await.status, 200);
+        a.hits("/fast") > 0
+    })
+    .await;
+    assert!(freed, "the abandoned call still counts against a");
+    let (a_before, b_before) = (a.hits("/fast"), b.hits("/fast"));
+    for _ in 0..3 {
+        assert_eq!(get(&wharf.url("/fast")).await.status, 200);
+    }
+    assert_eq!(
+        (a.hits("/fast") - a_before, b.hits("/fast") - b_before),
+        (3, 0),
+        "calls are balanced again"
+    );
+}
+
+/// A backend that accepts connections and never answers on them; with the count of
+/// connections it accepted.
+async fn a_backend_that_never_answers() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>)
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (url, accepted)
+}
+
+#[tokio::test]
+async fn one_call_probes_a_backend_past_its_ejection_window_not_every_call() {
+    let (dead, accepted) = a_backend_that_never_answers().await;
+    let accepted = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table(
+        "r",
+        "/fast",
+        &[dead, base(&testbed)],
+        "strategy = \"failover\"\ntimeout = \"300ms\"",
+    ))
+    .await;
+    let batch = || {
+        let calls = (0..10).map(|_| get_owned(wharf.url("/fast")));
+        futures_util::future::join_all(calls)
+    };
+    // Three timeouts in a row eject the silent backend.
+    for _ in 0..3 {
+        get(&wharf.url("/fast")).await;
+    }
+    assert!(poll_until(Duration::from_secs(1), || async { accepted() == 3 }).await);
+    batch().await;
+    assert_eq!(accepted(), 3, "an ejected backend was tried");
+    // Past the window (5 s), concurrent calls: exactly one probes the backend.
+    let probed = poll_until(Duration::from_secs(10), || async {
+        batch().await;
+        accepted() > 3
+    })
+    .await;
+    assert!(probed, "the backend was never probed");
+    assert_eq!(accepted(), 4, "more than one call probed the backend");
+    // The probe failed: the backend is skipped for another window.
+    batch().await;
+    assert_eq!(
+        accepted(),
+        4,
+        "calls went to the backend whose probe failed"
+    );
+}

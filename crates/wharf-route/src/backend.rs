@@ -1,8 +1,12 @@
 //! One backend of a route: its address and pool, passive health, and the
 //! calls it has outstanding.
+//!
+//! - [`Backend`]: the backend, shared by the calls of its route;
+//! - [`Probe`]: the one call let through to an ejected backend past its window;
+//! - `Lease`: counts a call against its backend, whatever way the call ends.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +26,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Consecutive failures after which a backend is skipped for a while.
 pub const EJECT_AFTER_FAILURES: u32 = 3;
-/// How long an ejected backend is skipped before one call probes it.
+/// How long an ejected backend is skipped before one call probes it (the others keep
+/// skipping it until the probe's outcome is known).
 pub const EJECT_FOR: Duration = Duration::from_secs(5);
 
 /// Why a backend URL cannot be used.
@@ -45,9 +50,15 @@ pub struct Backend {
     pool: PoolShards,
     /// Failures in a row (connect, protocol or timeout); 0 after a success.
     failures: AtomicU32,
-    /// Milliseconds since `epoch` until which the backend is skipped.
+    /// Milliseconds since `epoch` until which the backend is skipped; 0 while it is not
+    /// ejected. Past it the backend stays ejected for all calls but its [`Probe`]'s, until
+    /// the probe's outcome clears it (a success) or sets it again (a failure).
     ejected_until_ms: AtomicU64,
+    /// A call holds the [`Probe`] of this ejected backend; set and cleared only by the
+    /// probe's taking and dropping.
+    probing: AtomicBool,
     epoch: Instant,
+    /// Calls counted against the backend: a [`Lease`] each.
     outstanding: AtomicUsize,
     metrics: UpstreamMetrics,
 }
@@ -112,6 +123,7 @@ impl Backend {
             pool,
             failures: AtomicU32::new(0),
             ejected_until_ms: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
             epoch: Instant::now(),
             outstanding: AtomicUsize::new(0),
             metrics,
@@ -165,9 +177,38 @@ impl Backend {
         pool::connect(&self.address).await
     }
 
-    /// Whether the backend should be tried now (not ejected).
+    /// Whether the backend takes calls as usual: it is not ejected. An ejected backend
+    /// takes one call at a time, its [`Probe`], once its window has passed
+    /// ([`Backend::try_probe`]).
     pub fn is_available(&self) -> bool {
-        self.now_ms() >= self.ejected_until_ms.load(Ordering::Acquire)
+        self.ejected_until_ms.load(Ordering::Acquire) == 0
+    }
+
+    /// The right to send this call to the ejected backend, when its window has passed and
+    /// no other call holds it: one call probes the backend, the others keep skipping it
+    /// until the probe's outcome is recorded ([`Backend::record`]). Before, every call
+    /// past the window went to the backend at once, and a still dead backend held each for
+    /// the route's timeout. The right is given back when the probe is dropped, so a probe
+    /// whose call ended without an outcome (its client gone) lets the next call probe.
+    pub fn try_probe(self: &Arc<Self>) -> Option<Probe> {
+        if !self.window_passed() {
+            return None;
+        }
+        self.probing
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        let probe = Probe {
+            backend: self.clone(),
+        };
+        // The probe before this one may have failed between the check and the claim: its
+        // new window (stored before it let go of the claim) holds off this one.
+        self.window_passed().then_some(probe)
+    }
+
+    /// Ejected, and the window is over.
+    fn window_passed(&self) -> bool {
+        let until = self.ejected_until_ms.load(Ordering::Acquire);
+        until != 0 && self.now_ms() >= until
     }
 
     fn now_ms(&self) -> u64 {
@@ -179,12 +220,12 @@ impl Backend {
         self.outstanding.load(Ordering::Acquire)
     }
 
-    pub(crate) fn call_started(&self) {
+    /// Counts a call against the backend until the lease is dropped.
+    pub(crate) fn lease(self: &Arc<Self>) -> Lease {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn call_ended(&self) {
-        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        Lease {
+            backend: self.clone(),
+        }
     }
 
     /// Records an attempt's outcome: counters and passive health.
@@ -207,5 +248,144 @@ impl Backend {
             self.ejected_until_ms.store(until, Ordering::Release);
             tracing::warn!(backend = %self.label, failures, "backend ejected");
         }
+    }
+}
+
+/// Counts a call against its backend (`least_outstanding`) from the sending of its request
+/// until the end of its response body. The count goes down when the lease is dropped, so
+/// exactly once whatever way the call ends: a failure, a timeout, the body's end, or the
+/// call itself dropped while it waits for the backend (its client gone). Before, only the
+/// ways the call returned ended it, and each abandoned call counted for ever.
+pub(crate) struct Lease {
+    backend: Arc<Backend>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.backend.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The one call let through to an ejected backend whose window has passed
+/// ([`Backend::try_probe`]). Its outcome, recorded as any call's, clears the ejection or
+/// starts another window; dropped, it lets another call take the probe.
+#[derive(Debug)]
+pub struct Probe {
+    backend: Arc<Backend>,
+}
+
+impl Probe {
+    /// The backend probed.
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.backend
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.backend.probing.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wharf_config::Strategy;
+    use wharf_host::metrics::Metrics;
+
+    use super::*;
+    use crate::balance::{Balancer, Order};
+
+    /// A backend never connected to, whose clock started a minute ago (so that a window can
+    /// be made to have passed: [`window_over`]).
+    fn backend(name: &str) -> Arc<Backend> {
+        let tls = wharf_upstream::tls_connector().unwrap();
+        let url = Url::parse(&format!("http://{name}.test")).unwrap();
+        let mut backend = Backend::new(&url, &tls, Metrics::new().upstream("r", name)).unwrap();
+        backend.epoch = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
+        Arc::new(backend)
+    }
+
+    fn eject(backend: &Backend) {
+        for _ in 0..EJECT_AFTER_FAILURES {
+            backend.record(Outcome::Error);
+        }
+        assert!(!backend.is_available());
+    }
+
+    /// Ends the backend's ejection window (it stays ejected).
+    fn window_over(backend: &Backend) {
+        backend.ejected_until_ms.store(1, Ordering::Release);
+    }
+
+    fn labels(order: &Order) -> Vec<&str> {
+        order
+            .backends
+            .iter()
+            .map(|backend| backend.label())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn past_its_window_an_ejected_backend_takes_one_call_not_all() {
+        let (dead, live) = (backend("dead"), backend("live"));
+        let balancer = Balancer::new(Strategy::Failover);
+        let backends = [dead.clone(), live.clone()];
+        eject(&dead);
+        let within = balancer.order(&backends);
+        assert!(within.probe.is_none());
+        assert_eq!(labels(&within), ["http://live.test", "http://dead.test"]);
+
+        window_over(&dead);
+        // Ten calls at once: the first probes the backend, the others skip it.
+        let orders: Vec<Order> = (0..10).map(|_| balancer.order(&backends)).collect();
+        let probing: Vec<&Order> = orders.iter().filter(|o| o.probe.is_some()).collect();
+        assert_eq!(probing.len(), 1, "one call probes");
+        assert_eq!(labels(probing[0]), ["http://dead.test", "http://live.test"]);
+        assert!(Arc::ptr_eq(
+            probing[0].probe.as_ref().unwrap().backend(),
+            &dead
+        ));
+        for order in orders.iter().filter(|o| o.probe.is_none()) {
+            assert_eq!(labels(order), ["http://live.test", "http://dead.test"]);
+        }
+        drop(orders);
+
+        // A probe dropped without an outcome (its call cancelled) is not held for ever.
+        let order = balancer.order(&backends);
+        assert!(
+            order.probe.is_some(),
+            "the dropped probe was not given back"
+        );
+        // It fails: the backend is skipped for another window.
+        dead.record(Outcome::Timeout);
+        drop(order);
+        let order = balancer.order(&backends);
+        assert!(order.probe.is_none(), "probed again within the new window");
+        assert_eq!(labels(&order), ["http://live.test", "http://dead.test"]);
+
+        // The next probe succeeds: every call may use the backend again.
+        window_over(&dead);
+        let order = balancer.order(&backends);
+        assert!(order.probe.is_some());
+        dead.record(Outcome::Ok);
+        drop(order);
+        assert!(dead.is_available());
+        for _ in 0..3 {
+            let order = balancer.order(&backends);
+            assert!(order.probe.is_none());
+            assert_eq!(labels(&order), ["http://dead.test", "http://live.test"]);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_probe_is_not_taken_from_a_backend_ejected_again_meanwhile() {
+        let dead = backend("dead");
+        eject(&dead);
+        window_over(&dead);
+        let probe = dead.try_probe().unwrap();
+        assert!(dead.try_probe().is_none(), "a second probe at once");
+        dead.record(Outcome::Error);
+        drop(probe);
+        assert!(dead.try_probe().is_none(), "a probe within the new window");
     }
 }

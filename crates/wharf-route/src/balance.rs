@@ -1,11 +1,12 @@
-//! The order in which a call tries a route's backends.
+//! The order in which a call tries a route's backends, and the probe of an ejected backend
+//! that the call may take on the way ([`Order`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use wharf_config::Strategy;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Probe};
 
 /// Picks backend order per call.
 #[derive(Debug)]
@@ -13,6 +14,29 @@ pub struct Balancer {
     strategy: Strategy,
     /// Next start index for round_robin.
     next: AtomicUsize,
+}
+
+/// The backends one call tries, in order.
+#[derive(Debug)]
+pub struct Order {
+    /// The backends, first to last.
+    pub backends: Vec<Arc<Backend>>,
+    /// The probe of an ejected backend this call took, if any: that backend is first in
+    /// `backends`. Held for the first attempt only (dropped, it lets another call probe).
+    pub probe: Option<Probe>,
+}
+
+/// Where a backend goes in a call's order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    /// An ejected backend this call probes: first, so that the probe is the call's first
+    /// attempt, never a right held by a call that ends on another backend.
+    Probe,
+    /// A backend that is not ejected: by strategy.
+    Available,
+    /// An ejected backend another call probes, or whose window runs: a last resort (better
+    /// a try than a certain 502).
+    Ejected,
 }
 
 impl Balancer {
@@ -24,11 +48,12 @@ impl Balancer {
         }
     }
 
-    /// Backends in the order to try: healthy ones by strategy, then ejected
-    /// ones as a last resort (better a probe than a certain 502).
-    pub fn order(&self, backends: &[Arc<Backend>]) -> Vec<Arc<Backend>> {
+    /// Backends in the order to try: one ejected backend past its window that this call
+    /// probes (at most one, see [`Backend::try_probe`]), then the available ones by
+    /// strategy, then the other ejected ones as a last resort.
+    pub fn order(&self, backends: &[Arc<Backend>]) -> Order {
         let count = backends.len();
-        let mut order: Vec<Arc<Backend>> = match self.strategy {
+        let by_strategy: Vec<Arc<Backend>> = match self.strategy {
             Strategy::Failover => backends.to_vec(),
             Strategy::RoundRobin => {
                 let start = self.next.fetch_add(1, Ordering::Relaxed) % count.max(1);
@@ -43,8 +68,32 @@ impl Balancer {
                 sorted
             }
         };
-        // Stable partition: available backends first, order kept.
-        order.sort_by_key(|backend| !backend.is_available());
-        order
+        // Ranked once per backend (taking a probe is not a question to ask twice).
+        let mut probe = None;
+        let mut ranked: Vec<(Rank, Arc<Backend>)> = by_strategy
+            .into_iter()
+            .map(|backend| {
+                let rank = if backend.is_available() {
+                    Rank::Available
+                } else if probe.is_none() {
+                    match backend.try_probe() {
+                        Some(taken) => {
+                            probe = Some(taken);
+                            Rank::Probe
+                        }
+                        None => Rank::Ejected,
+                    }
+                } else {
+                    Rank::Ejected
+                };
+                (rank, backend)
+            })
+            .collect();
+        // Stable: the strategy's order kept within each rank.
+        ranked.sort_by_key(|(rank, _)| *rank);
+        Order {
+            backends: ranked.into_iter().map(|(_, backend)| backend).collect(),
+            probe,
+        }
     }
 }

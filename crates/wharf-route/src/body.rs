@@ -8,7 +8,6 @@
 
 use std::os::fd::BorrowedFd;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
@@ -16,18 +15,7 @@ use http_body::{Body, Frame, SizeHint};
 use wharf_host::body::{BoxError, SpliceBody};
 use wharf_upstream::ResponseBody as UpstreamBody;
 
-use crate::backend::Backend;
-
-/// Counts a call against its backend while the response body streams.
-pub(crate) struct Lease {
-    pub(crate) backend: Arc<Backend>,
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.backend.call_ended();
-    }
-}
+use crate::backend::Lease;
 
 pin_project_lite::pin_project! {
     /// A backend's response body relayed to the client; the call stops counting against the
@@ -109,6 +97,7 @@ mod tests {
     use std::future::poll_fn;
     use std::os::fd::AsFd;
     use std::pin::pin;
+    use std::sync::Arc;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::sync::oneshot;
@@ -116,6 +105,7 @@ mod tests {
     use wharf_upstream::{FieldEdits, RequestHead};
 
     use super::*;
+    use crate::backend::Backend;
 
     /// A backend that answers one request with a 5-byte body, sent with the head or, with
     /// `body_later`, once `body_later` fires; it then holds the connection open.
@@ -152,7 +142,7 @@ mod tests {
         let tls = wharf_upstream::tls_connector().unwrap();
         let backend = Arc::new(Backend::new(url, &tls, metrics.upstream("r", "b")).unwrap());
         let (slot, connection) = backend.connection().await.unwrap();
-        backend.call_started();
+        let lease = backend.lease();
         let headers = http::HeaderMap::new();
         let head = RequestHead {
             method: &http::Method::GET,
@@ -165,9 +155,6 @@ mod tests {
             .send(head, pin!(wharf_host::body::empty()), Some(slot))
             .await
             .unwrap();
-        let lease = Lease {
-            backend: backend.clone(),
-        };
         (RelayBody::new(response.into_body(), lease), backend)
     }
 

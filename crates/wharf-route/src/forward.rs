@@ -23,9 +23,9 @@ use wharf_host::{
     core_work, handler, CallContext, CoreWork, HostService, Phase, RequestBody, ResponseBody,
 };
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Lease};
 use crate::balance::Balancer;
-use crate::body::{Lease, RelayBody};
+use crate::body::RelayBody;
 use crate::error::RouteError;
 use crate::matcher::Matcher;
 use crate::rewrite::{Rewrite, HOP_BY_HOP_NAMES};
@@ -173,13 +173,13 @@ impl Route {
         if let Some(context) = &context {
             context.enter(Phase::UpstreamConnect);
         }
-        for backend in self
-            .balancer
-            .order(&self.backends)
-            .into_iter()
-            .cycle()
-            .take(attempts)
-        {
+        let order = self.balancer.order(&self.backends);
+        // The probe of an ejected backend, if this call took one: that backend comes first,
+        // and the probe is over with the first attempt (its outcome recorded, or the call
+        // dropped with it), whichever way that attempt leaves the loop.
+        let mut probe = order.probe;
+        for backend in order.backends.iter().cycle().take(attempts) {
+            let _probe = probe.take();
             if !client_sent_host {
                 match backend.authority() {
                     Some(authority) => {
@@ -195,7 +195,7 @@ impl Route {
                     Ok(Ok(connection)) => connection,
                     Ok(Err(error)) => {
                         backend.record(Outcome::Error);
-                        last = Some(unavailable(&backend, &error));
+                        last = Some(unavailable(backend, &error));
                         continue; // nothing was sent
                     }
                     Err(_elapsed) => {
@@ -207,7 +207,10 @@ impl Route {
                         continue;
                     }
                 };
-            backend.call_started();
+            // Counts the call against the backend until the response body ends, or until it is
+            // dropped: after a failure, or with the call when its client goes away while it
+            // waits here (every way out, exactly once).
+            let lease = backend.lease();
             let head = RequestHead {
                 method: &parts.method,
                 target: &target,
@@ -228,10 +231,10 @@ impl Route {
                                 Ok(connection) => connection,
                                 // The backend went away with its connection: as for
                                 // any connect failure, nothing was sent.
-                                Err(error) => return Err(Failed::Unsent(unavailable(&backend, &error))),
+                                Err(error) => return Err(Failed::Unsent(unavailable(backend, &error))),
                             };
                         }
-                        Err(failure) => return Err(Failed::AfterSending(unavailable(&backend, &failure.error))),
+                        Err(failure) => return Err(Failed::AfterSending(unavailable(backend, &failure.error))),
                         Ok(response) => return Ok(response),
                     }
                 }
@@ -243,16 +246,13 @@ impl Route {
                     if let Some(context) = &context {
                         context.enter(Phase::FirstByte);
                     }
-                    let lease = Lease {
-                        backend: backend.clone(),
-                    };
                     // The head went out: its map (grown by the rewrite) serves the next
                     // head parsed on this thread instead of a new one growing again.
                     wharf_http1::recycle::recycle(std::mem::take(&mut parts.headers));
                     return Ok(self.relay(response, lease));
                 }
                 Ok(Err(failed)) => {
-                    backend.call_ended();
+                    drop(lease);
                     backend.record(Outcome::Error);
                     let (error, sent) = match failed {
                         Failed::Unsent(error) => (error, false),
@@ -265,7 +265,7 @@ impl Route {
                     }
                 }
                 Err(_elapsed) => {
-                    backend.call_ended();
+                    drop(lease);
                     backend.record(Outcome::Timeout);
                     last = Some(RouteError::Timeout {
                         backend: backend.label().to_owned(),
