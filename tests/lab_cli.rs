@@ -132,3 +132,44 @@ fn bench_idle_times_every_call_of_a_testbed_process_and_the_testbed_stops_on_sig
     let status = testbed.terminate(Duration::from_secs(10));
     assert!(status.success(), "testbed exited with {status}");
 }
+
+#[test]
+fn bench_refuses_bad_input_before_any_call() {
+    // None of these may start measuring: no report on stdout, a non-zero exit and an error
+    // naming the bad value. Port 1 on 127.0.0.1 stands for a target (it is never called).
+    let no_dir = std::env::temp_dir()
+        .join(format!("wharf-lab-cli-no-such-dir-{}", std::process::id()))
+        .join("r.html");
+    let no_dir = no_dir.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["--target", "a=http://127.0.0.1:99999/fast"],
+            "port 99999 is out of range",
+        ),
+        (
+            vec![
+                "--target",
+                "a=http://127.0.0.1:1/fast,http://127.0.0.1:1/bytes/5",
+            ],
+            "burst takes one URL per target",
+        ),
+        (
+            vec!["--timeout", "0s", "--target", "a=http://127.0.0.1:1/fast"],
+            "timeout must be above zero",
+        ),
+        (
+            vec!["--report", no_dir, "--target", "a=http://127.0.0.1:1/fast"],
+            no_dir,
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(["bench", "burst", "--connections", "1", "--quiet"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} was accepted: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} measured before failing");
+    }
+}

@@ -19,9 +19,9 @@ use wharf_bench::{
 const BENCH_HELP: &str = "\
 Targets: any http:// server (wharf, nginx, the testbed). Give one with the scenario's URL
 flags (--url, or --slow/--fast), or several with --target NAME=URL, repeated; for
-responsiveness --target NAME=SLOW_URL,FAST_URL. Several targets are measured interleaved:
-round 1 runs A then B, round 2 A then B, ... (--rounds); the report gives medians over
-rounds and each target's ratio to the first.
+responsiveness --target NAME=SLOW_URL,FAST_URL. Several targets are measured interleaved,
+every other round in reverse: round 1 runs A then B, round 2 B then A, round 3 A then B, ...
+(--rounds); the report gives medians over rounds and each target's ratio to the first.
 
 URL templates: the placeholder written '{' 'n' '}' (three characters, no quotes or spaces;
 clap's help cannot print it literally) in a URL's path or query is replaced by the call's
@@ -73,7 +73,8 @@ pub(crate) enum ScenarioArgs {
     ///
     /// Each call opens its own connection. Reports avg/p50/p95/p99/max and errors of each
     /// class, and slow_responses: fast calls that succeeded but finished after the first slow
-    /// call had (0 is right; M means fast calls queued behind slow ones).
+    /// call had (0 is right; M means fast calls queued behind slow ones; none, with a note,
+    /// when no slow or no fast call succeeded).
     Responsiveness {
         /// The slow URL (e.g. http://127.0.0.1:9000/slow?ms=6000).
         #[arg(long)]
@@ -152,7 +153,8 @@ pub(crate) enum ScenarioArgs {
     /// K new connections opened at once, one call each: is a burst served at once? (seed 002)
     ///
     /// Reports served (and whether all were), errors, latency percentiles and makespan_ms
-    /// (from the start to the last call's end). Raises the open-files limit to its maximum.
+    /// (from the start to the last successful call's end; none when no call succeeded).
+    /// Raises the open-files limit to its maximum.
     Burst {
         /// The URL to call.
         #[arg(long)]
@@ -393,6 +395,12 @@ fn bench(args: &BenchArgs) -> anyhow::Result<Bench> {
 /// Runs the scenario the flags describe and prints its report.
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let bench = bench(&args)?;
+    // A run can take minutes: a report path that cannot be written is found now, not after.
+    if let Some(path) = &args.report {
+        wharf_bench::report::html::check_writable(path).context(
+            "bench --report (give a file in a directory that exists and can be written)",
+        )?;
+    }
     let report = wharf_bench::run(&bench)
         .await
         .with_context(|| format!("bench {}", bench.scenario.name()))?;
@@ -426,6 +434,16 @@ mod tests {
             Target::new("a", "http://h:1/"),
             Target::new("b", "http://h:1/"),
         ]
+    }
+
+    #[test]
+    fn the_help_gives_the_round_order_the_runner_uses() {
+        // `round_order` in wharf-bench reverses every other round (bench/README.md).
+        let help = BENCH_HELP.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            help.contains("round 1 runs A then B, round 2 B then A, round 3 A then B"),
+            "{help}"
+        );
     }
 
     #[test]

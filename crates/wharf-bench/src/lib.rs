@@ -120,7 +120,8 @@ impl Target {
     }
 
     /// Parses `NAME=URL` or, for `responsiveness`, `NAME=SLOW_URL,FAST_URL` (the second URL
-    /// starts at the first `,http://`).
+    /// starts at the first `,http://`). A third URL is refused; a second one is refused by
+    /// the scenarios that take one URL per target when the run starts ([`run`]).
     ///
     /// ```
     /// let t = wharf_bench::Target::parse("wharf=http://h:1/slow,http://h:1/fast").unwrap();
@@ -137,13 +138,27 @@ impl Target {
                 "target {spec:?}: expected NAME=URL"
             )));
         }
-        Ok(
-            match urls.find(",http://").or_else(|| urls.find(",https://")) {
-                Some(i) => Target::new(name, &urls[..i]).with_fast_url(&urls[i + 1..]),
-                None => Target::new(name, urls),
-            },
-        )
+        let Some(i) = second_url(urls) else {
+            return Ok(Target::new(name, urls));
+        };
+        let (slow, fast) = (&urls[..i], &urls[i + 1..]);
+        // A third URL would otherwise be read as part of the fast URL's path.
+        if second_url(fast).is_some() {
+            return Err(BenchError::Settings(format!(
+                "target {spec:?}: more than two URLs, expected NAME=URL or \
+                 NAME=SLOW_URL,FAST_URL (responsiveness)"
+            )));
+        }
+        Ok(Target::new(name, slow).with_fast_url(fast))
     }
+}
+
+/// Where the second URL of a `--target` list starts: its separating comma, if any.
+fn second_url(urls: &str) -> Option<usize> {
+    [",http://", ",https://"]
+        .iter()
+        .filter_map(|sep| urls.find(sep))
+        .min()
 }
 
 /// Splits a command line into words as a POSIX shell would (quotes, backslashes), without
@@ -295,9 +310,15 @@ pub async fn run(bench: &Bench) -> Result<Report, BenchError> {
         .flat_map(|t| t.rounds.iter().map(|(_, load)| load.peak_busy))
         .fold(client.busy, f64::max);
     notes.extend(client_notes(&client, &collected));
+    // The per-call bound last: scripts may read the scenario's own settings by position.
+    let mut settings = bench.scenario.settings();
+    settings.push(scenarios::setting(
+        "timeout",
+        scenarios::human(bench.timeout),
+    ));
     let report = Report {
         scenario: bench.scenario.name().to_owned(),
-        settings: bench.scenario.settings(),
+        settings,
         rounds: bench.rounds,
         started_unix_ms,
         client,
@@ -329,6 +350,13 @@ fn check(bench: &Bench) -> Result<(), BenchError> {
     }
     if bench.rounds == 0 {
         return Err(BenchError::Settings("rounds must be at least 1".into()));
+    }
+    // A zero bound does not fail every call: a call whose socket happens to be ready at the
+    // first poll still passes, so the results would depend on luck.
+    if bench.timeout.is_zero() {
+        return Err(BenchError::Settings(
+            "the per-call timeout must be above zero (e.g. --timeout 60s)".into(),
+        ));
     }
     for (i, target) in bench.targets.iter().enumerate() {
         if bench.targets[..i].iter().any(|t| t.name == target.name) {
@@ -424,6 +452,49 @@ mod tests {
         assert_eq!(words[2], "daemon off;");
         assert_eq!(split_command(&join_command(&words)).unwrap(), words);
         assert!(split_command("  ").is_err());
+        // A third URL is refused, not read into the fast URL's path.
+        let error = Target::parse("a=http://h/s,http://h/f,https://h/x").unwrap_err();
+        assert!(error.to_string().contains("more than two URLs"), "{error}");
+        let t = Target::parse("a=http://h/s,https://h/f").unwrap();
+        assert_eq!(t.fast_url.as_deref(), Some("https://h/f"));
+    }
+
+    #[tokio::test]
+    async fn a_second_url_is_refused_where_it_would_be_ignored() {
+        let two = Target::parse("a=http://127.0.0.1:1/fast,http://127.0.0.1:1/bytes/5").unwrap();
+        for scenario in [
+            Scenario::Burst(BurstConfig::default()),
+            Scenario::Throughput(ThroughputConfig::default()),
+            Scenario::Idle(IdleConfig::default()),
+            Scenario::FirstCall(FirstCallConfig::default()),
+            Scenario::ColdStart(ColdStartConfig::default()),
+        ] {
+            let name = scenario.name();
+            let mut target = two.clone();
+            target.command = Some(vec!["true".into()]);
+            let error = run(&Bench::new(scenario, vec![target])).await.unwrap_err();
+            let text = error.to_string();
+            assert!(
+                matches!(error, BenchError::Target { .. })
+                    && text.starts_with(&format!("target a: {name} takes one URL per target"))
+                    && text.contains("/bytes/5"),
+                "{name}: {text}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_zero_timeout_is_refused() {
+        let mut bench = Bench::new(
+            Scenario::Burst(BurstConfig { connections: 1 }),
+            vec![Target::new("a", "http://127.0.0.1:1/")],
+        );
+        bench.timeout = Duration::ZERO;
+        let error = run(&bench).await.unwrap_err();
+        assert!(
+            matches!(&error, BenchError::Settings(why) if why.contains("timeout must be above zero")),
+            "{error}"
+        );
     }
 
     #[tokio::test]

@@ -75,7 +75,7 @@ impl Endpoint {
             return Err(bad("user:password@ is not supported"));
         }
         let host = authority.host();
-        let port = authority.port_u16().unwrap_or(80);
+        let port = port(authority.as_str()).map_err(|why| bad(&why))?;
         let bare_host = host.trim_start_matches('[').trim_end_matches(']');
         let addr = tokio::net::lookup_host((bare_host, port))
             .await
@@ -162,6 +162,35 @@ impl Endpoint {
     }
 }
 
+/// The port of `authority` (`host`, `host:port`, `[v6]:port`), 80 when none is written.
+///
+/// `http` parses any digits after the colon but `port_u16` gives `None` for what does not fit
+/// a `u16`, which would silently be port 80: a port that cannot be connected to is refused
+/// instead, so a typo is an error before any call, not a run against another server.
+fn port(authority: &str) -> Result<u16, String> {
+    // After the last `]` (an IPv6 literal's colons are not a port's), the last `:`.
+    let after_host = authority
+        .rfind(']')
+        .map_or(authority, |i| &authority[i + 1..]);
+    let Some((_, digits)) = after_host.rsplit_once(':') else {
+        return Ok(80);
+    };
+    // RFC 3986 §3.2.3: an empty port means the scheme's default.
+    if digits.is_empty() {
+        return Ok(80);
+    }
+    match digits.parse::<u16>() {
+        Ok(0) => Err("port 0 cannot be called, give a port from 1 to 65535".to_owned()),
+        Ok(port) => Ok(port),
+        Err(_) if !digits.bytes().all(|b| b.is_ascii_digit()) => Err(format!(
+            "port {digits:?} is not a number, give a port from 1 to 65535"
+        )),
+        Err(_) => Err(format!(
+            "port {digits} is out of range, give a port from 1 to 65535"
+        )),
+    }
+}
+
 /// Appends `n` in decimal.
 fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
@@ -206,6 +235,49 @@ mod tests {
     }
 
     #[test]
+    fn ports_as_written_or_80() {
+        for (authority, expected) in [
+            ("127.0.0.1", Ok(80)),
+            ("127.0.0.1:", Ok(80)),
+            ("127.0.0.1:9000", Ok(9000)),
+            ("h:65535", Ok(65535)),
+            ("[::1]", Ok(80)),
+            ("[::1]:8080", Ok(8080)),
+            (
+                "h:99999",
+                Err("port 99999 is out of range, give a port from 1 to 65535"),
+            ),
+            (
+                "[::1]:65536",
+                Err("port 65536 is out of range, give a port from 1 to 65535"),
+            ),
+            (
+                "h:0",
+                Err("port 0 cannot be called, give a port from 1 to 65535"),
+            ),
+        ] {
+            assert_eq!(
+                port(authority),
+                expected.map_err(str::to_owned),
+                "{authority}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_out_of_range_port_names_the_port() {
+        let error = Endpoint::resolve("a", "http://127.0.0.1:99999/fast")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "target a: \"http://127.0.0.1:99999/fast\" is not a usable URL: \
+             port 99999 is out of range, give a port from 1 to 65535"
+        );
+    }
+
+    #[test]
     fn decimals() {
         for n in [0, 7, 10, 99, 1234567890, u64::MAX] {
             let mut out = b"x".to_vec();
@@ -225,6 +297,12 @@ mod tests {
             "not a url",
             "http://127.0.0.1/a b",
             "http://127.0.0.1/a\r\nx-evil: 1",
+            // Out of range or unusable ports are refused, not taken for port 80.
+            "http://127.0.0.1:99999/fast",
+            "http://127.0.0.1:65536/",
+            "http://127.0.0.1:0/",
+            "http://[::1]:70000/",
+            "http://127.0.0.1:abc/",
         ] {
             let result = Endpoint::resolve("t", url).await;
             assert!(

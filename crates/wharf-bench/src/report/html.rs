@@ -117,6 +117,32 @@ pub fn render(report: &Report) -> Result<String, BenchError> {
     Ok(out)
 }
 
+/// Checks that a report can be written to `path`, before a run that may take minutes, so
+/// that a wrong path is found at once rather than after the measurements.
+///
+/// It opens `path` for writing as [`write`] will, without truncating it: an existing file
+/// (an earlier report) is left as it was, and a file this check had to create is removed
+/// again, so a run that fails later leaves nothing at `path` that it did not write.
+pub fn check_writable(path: &Path) -> Result<(), BenchError> {
+    let error = |source| BenchError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => std::fs::remove_file(path).map_err(error),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map(drop)
+            .map_err(error),
+        Err(e) => Err(error(e)),
+    }
+}
+
 /// Renders the report and writes it to `path`.
 pub fn write(report: &Report, path: &Path) -> Result<(), BenchError> {
     let page = render(report)?;
@@ -129,6 +155,34 @@ pub fn write(report: &Report, path: &Path) -> Result<(), BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unwritable_report_path_is_found_before_any_run() {
+        let dir = std::env::temp_dir().join(format!("wharf-bench-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A path that can be written: checked, and nothing is left there.
+        let new = dir.join("new.html");
+        check_writable(&new).unwrap();
+        assert!(!new.exists(), "the check leaves no empty report behind");
+        // An earlier report is kept as it was.
+        let old = dir.join("old.html");
+        std::fs::write(&old, "earlier report").unwrap();
+        check_writable(&old).unwrap();
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "earlier report");
+        // A missing directory, a directory itself.
+        for bad in [dir.join("no-such-dir").join("r.html"), dir.clone()] {
+            let error = check_writable(&bad).unwrap_err();
+            assert!(
+                matches!(error, BenchError::Write { .. }),
+                "{bad:?}: {error}"
+            );
+            assert!(
+                error.to_string().contains(&bad.display().to_string()),
+                "{error}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn escapes_markup() {

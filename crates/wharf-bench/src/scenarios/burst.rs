@@ -3,14 +3,16 @@
 //! Every call's task and request are made first and wait on one signal, so the K connects
 //! leave together when it is given. A server that serves a burst at once has all K served,
 //! no errors, and a makespan close to its p99; one that ramps up workers (the seed's "1 thread
-//! per 500 ms") shows a long tail. `makespan_ms` runs from the signal to the last response.
+//! per 500 ms") shows a long tail. `makespan_ms` runs from the signal to the last successful
+//! response (none when no call succeeded: failed calls end early and are counted as errors).
 //!
 //! The client starts K calls on a few threads, so the last of them starts a while after the
 //! signal, and how long depends on the CPU the target leaves it (they share the machine):
-//! `last_start_ms` says how long. While it starts the later calls the earlier ones' responses
-//! wait in their sockets, so a call's latency is timed by the kernel (`StampedCall`):
-//! from the call's start (its request leaves within the connect) to the arrival of its
-//! response's last byte, as the socket stamped it. `p99_read_ms` is the p99 counted to when
+//! `last_start_ms` says how long (over all calls: a call's start is the client's, whatever
+//! its outcome). While it starts the later calls the earlier ones' responses wait in their
+//! sockets, so a call's latency is timed by the kernel (`StampedCall`): from the call's start
+//! (its request leaves within the connect) to the arrival of its response's last byte, as the
+//! socket stamped it. `p99_read_ms` is the p99 counted to when
 //! the client read the response instead (which includes the wait), and `p99_from_signal_ms`
 //! the p99 counted from the signal, the latency of a burst's calls as one batch.
 
@@ -92,11 +94,13 @@ pub(crate) async fn round(
     let mut round = Round::default();
     let class = ClassRound::from_outcomes("calls", &outcomes);
     let served = class.latencies.len();
+    // To the last *successful* call's end: a failure (a refused connect, a 304) ends at
+    // once and would pass for a burst served fast; none served, no makespan.
     let makespan = outcomes
         .iter()
+        .filter(|o| o.result.is_ok())
         .map(|o| o.finished.saturating_duration_since(origin))
-        .max()
-        .unwrap_or_default();
+        .max();
     round.classes.push(class);
     round.metric("served", Some(served as f64), Unit::Count, Better::Higher);
     round.metric(
@@ -109,12 +113,22 @@ pub(crate) async fn round(
         Unit::Flag,
         Better::Higher,
     );
+    if makespan.is_none() {
+        round.notes.push(format!(
+            "no call succeeded, so there is no makespan_ms: the {} failed calls are counted \
+             as errors",
+            outcomes.len()
+        ));
+    }
     round.metric(
         "makespan_ms",
-        Some(makespan.as_secs_f64() * 1000.0),
+        makespan.map(|m| m.as_secs_f64() * 1000.0),
         Unit::Ms,
         Better::Lower,
     );
+    // Over every call, failed ones too: when the client began a call's connect does not
+    // depend on how the call ended, and leaving a failed late start out would understate
+    // the client's own delay. It says how far the client lagged, not how the target served.
     let last_start = outcomes
         .iter()
         .map(|o| o.started.saturating_duration_since(origin))

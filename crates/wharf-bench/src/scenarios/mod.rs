@@ -98,22 +98,35 @@ impl Scenario {
 
     /// Refuses settings that cannot run; `target` is checked for what the scenario needs.
     pub(crate) fn check(&self, target: &crate::Target) -> Result<(), BenchError> {
-        let missing = |what: &str| {
+        let refuse = |what: &str| {
             Err(BenchError::Target {
                 target: target.name.clone(),
                 what: what.to_owned(),
             })
         };
+        // Only responsiveness calls a second URL: elsewhere one would be silently ignored.
+        if let (Some(fast), false) = (
+            &target.fast_url,
+            matches!(self, Scenario::Responsiveness(_)),
+        ) {
+            return refuse(&format!(
+                "{} takes one URL per target: {:?} and {:?} given (give each URL its own \
+                 --target NAME=URL)",
+                self.name(),
+                target.url,
+                fast
+            ));
+        }
         match self {
             Scenario::Responsiveness(c) => {
                 if target.fast_url.is_none() {
-                    return missing("responsiveness needs a fast URL (NAME=SLOW_URL,FAST_URL)");
+                    return refuse("responsiveness needs a fast URL (NAME=SLOW_URL,FAST_URL)");
                 }
                 c.check()
             }
             Scenario::ColdStart(c) => {
                 if target.command.as_ref().is_none_or(Vec::is_empty) {
-                    return missing("cold-start needs a command (--cmd)");
+                    return refuse("cold-start needs a command (--cmd)");
                 }
                 c.check()
             }

@@ -7,8 +7,10 @@
 //! `slow_responses`, the seed's count: fast calls that succeeded but finished after the first
 //! slow call had succeeded. A server that never lets slow calls hold up fast ones scores 0
 //! whatever N is; one that queues fast calls behind slow ones scores M. Failed fast calls are
-//! errors, never fast responses. `fast_p99_read_ms` is the fast calls' p99 counted to when the
-//! client read each response instead (while it starts calls it reads late).
+//! errors, never fast responses; a round where no slow call or no fast call succeeded has no
+//! count (and a note), since 0 would pass for a perfect score. `fast_p99_read_ms` is the fast
+//! calls' p99 counted to when the client read each response instead (while it starts calls
+//! it reads late).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,17 +117,29 @@ pub(crate) async fn round(
         .filter(|o| o.result.is_ok())
         .map(|o| o.finished)
         .min();
-    let slow_responses = first_slow_done.map_or(0, |first| {
-        fast.iter()
-            .filter(|o| o.result.is_ok() && o.finished > first)
-            .count()
-    });
+    let fast_failed = fast.iter().filter(|o| o.result.is_err()).count();
+    // A count of fast calls held up needs a slow call to be held up behind and fast calls
+    // that were served: without either, 0 would read as a perfect score (issue 4).
+    let slow_responses = match first_slow_done {
+        Some(first) if fast_failed < fast.len() => Some(
+            fast.iter()
+                .filter(|o| o.result.is_ok() && o.finished > first)
+                .count() as f64,
+        ),
+        _ => None,
+    };
+    if fast_failed == fast.len() {
+        round.notes.push(format!(
+            "no fast call succeeded, so there is no slow_responses: the {fast_failed} failed \
+             fast calls are counted as errors"
+        ));
+    }
     match first_slow_done {
-        None => round.notes.push(format!(
-            "no slow call succeeded, so slow_responses (0) says nothing; \
-             fast calls that failed are counted as errors ({})",
-            fast.iter().filter(|o| o.result.is_err()).count()
-        )),
+        None => round.notes.push(
+            "no slow call succeeded, so there is no slow_responses: no fast call can have \
+             waited behind one"
+                .to_owned(),
+        ),
         Some(first) if first <= fast_started => round.notes.push(format!(
             "a slow call finished {:.0}ms after the start, before the fast calls began: \
              the slow URL is not slow enough to test anything",
@@ -135,12 +149,7 @@ pub(crate) async fn round(
     }
     round.classes.push(ClassRound::from_outcomes("slow", &slow));
     round.classes.push(ClassRound::from_outcomes("fast", &fast));
-    round.metric(
-        "slow_responses",
-        Some(slow_responses as f64),
-        Unit::Count,
-        Better::Lower,
-    );
+    round.metric("slow_responses", slow_responses, Unit::Count, Better::Lower);
     round.metric("fast_p99_read_ms", fast_p99_read, Unit::Ms, Better::Lower);
     round.timelines.push(timeline("slow", origin, &slow));
     round.timelines.push(timeline("fast", origin, &fast));

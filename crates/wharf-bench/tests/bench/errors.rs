@@ -28,7 +28,103 @@ async fn a_closed_port_reports_errors_not_fast_responses() {
     assert!(fast.percentiles.is_empty());
     assert!(fast.errors.first.as_deref().unwrap().contains("connect"));
     assert_eq!(class(t, "slow").ok, 3);
-    assert_eq!(metric(t, "slow_responses").value, Some(0.0));
+    // No fast call served: no count of fast calls held up, rather than a perfect 0.
+    assert_eq!(metric(t, "slow_responses").value, None);
+    assert!(
+        t.notes.iter().any(|n| n.contains("no fast call succeeded")),
+        "{:?}",
+        t.notes
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_slow_responses_without_fast_or_slow_calls_served() {
+    let tb = testbed().await;
+    let config = ResponsivenessConfig {
+        slow_calls: 2,
+        fast_calls: 3,
+        delay: Duration::from_millis(20),
+    };
+    for (slow, fast, note) in [
+        // Every fast call answered 500: errors, and no slow_responses.
+        ("/slow?ms=200", "/status/500", "no fast call succeeded"),
+        // Every slow call failed: no fast call can have waited behind one.
+        ("/status/500", "/fast", "no slow call succeeded"),
+    ] {
+        let target = Target::new("t", tb.url(slow)).with_fast_url(tb.url(fast));
+        let report = run(&bench(
+            Scenario::Responsiveness(config.clone()),
+            vec![target],
+        ))
+        .await;
+        let t = &report.targets[0];
+        let m = metric(t, "slow_responses");
+        assert_eq!(
+            (m.value, &m.per_round[..]),
+            (None, &[None][..]),
+            "{slow} {fast}"
+        );
+        assert!(t.notes.iter().any(|n| n.contains(note)), "{:?}", t.notes);
+    }
+    // Both served: the count is there (0 against the testbed).
+    let target = Target::new("t", tb.url("/slow?ms=200")).with_fast_url(tb.url("/fast"));
+    let report = run(&bench(Scenario::Responsiveness(config), vec![target])).await;
+    assert_eq!(
+        metric(&report.targets[0], "slow_responses").value,
+        Some(0.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_with_no_call_served_has_no_makespan() {
+    let tb = testbed().await;
+    let closed = format!("http://127.0.0.1:{}/fast", closed_port());
+    // Refused connects and 304s end at once; neither may pass for a burst served fast.
+    for url in [closed, tb.url("/status/304")] {
+        let report = run(&bench(
+            Scenario::Burst(BurstConfig { connections: 4 }),
+            vec![Target::new("failing", &url)],
+        ))
+        .await;
+        let t = &report.targets[0];
+        assert_eq!(class(t, "calls").errors.total, 4, "{url}");
+        assert_eq!(metric(t, "makespan_ms").value, None, "{url}");
+        assert_eq!(metric(t, "p99_from_signal_ms").value, None, "{url}");
+        assert_eq!(metric(t, "p99_read_ms").value, None, "{url}");
+        // When the client started its calls is its own fact, whatever their outcome.
+        assert!(metric(t, "last_start_ms").value.is_some(), "{url}");
+        assert!(
+            t.notes.iter().any(|n| n.contains("no makespan_ms")),
+            "{url}: {:?}",
+            t.notes
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_makespan_ends_at_the_last_call_served() {
+    let tb = testbed().await;
+    // "mixed": call 0 asks for no delay and is served at once, call 1 for 1 s and times out
+    // after 300 ms, later than the served call ends: the timeout must not stretch the
+    // makespan. "timing-out": every call times out, so there is no makespan (nor ratio).
+    let mut b = bench(
+        Scenario::Burst(BurstConfig { connections: 2 }),
+        vec![
+            Target::new("mixed", tb.url("/slow?ms={n}000")),
+            Target::new("timing-out", tb.url("/slow?ms=2000")),
+        ],
+    );
+    b.timeout = Duration::from_millis(300);
+    let report = run(&b).await;
+    let mixed = &report.targets[0];
+    let calls = class(mixed, "calls");
+    assert_eq!((calls.ok, calls.errors.timeout), (1, 1));
+    let makespan = metric(mixed, "makespan_ms").value.unwrap();
+    assert!(makespan < 200.0, "{makespan}");
+    let timed_out = &report.targets[1];
+    assert_eq!(class(timed_out, "calls").errors.timeout, 2);
+    let m = metric(timed_out, "makespan_ms");
+    assert_eq!((m.value, m.ratio_to_first), (None, None));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

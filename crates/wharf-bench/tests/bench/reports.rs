@@ -38,6 +38,11 @@ async fn json_output_parses_and_has_the_fields() {
     assert!(doc["client"]["busy"].as_f64().is_some());
     assert!(doc["client"]["cores"].as_u64().unwrap() >= 1);
     assert_eq!(doc["settings"][0]["name"], "slow_calls");
+    // The per-call bound is shown last, after the scenario's own settings.
+    let settings = doc["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 4, "{settings:?}");
+    assert_eq!(settings[3]["name"], "timeout");
+    assert_eq!(settings[3]["value"], "5s");
     let notes = doc["notes"].as_array().unwrap();
     assert!(notes.iter().any(|n| n.as_str().unwrap().contains("ratios")));
     let targets = doc["targets"].as_array().unwrap();
@@ -76,6 +81,10 @@ async fn table_shows_every_target_with_ratios() {
     let (report, _tb) = two_target_report().await;
     let text = table::render(&report);
     assert!(text.starts_with("wharf bench responsiveness: 2 rounds interleaved over a, b"));
+    assert!(
+        text.contains("settings: slow_calls=3 fast_calls=3 delay=20ms timeout=5s\n"),
+        "{text}"
+    );
     let p50 = text.lines().find(|l| l.starts_with("slow p50 ms")).unwrap();
     assert!(p50.contains('×'), "{p50}");
     assert!(text.contains("slow_responses"));
