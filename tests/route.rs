@@ -782,3 +782,33 @@ async fn one_call_probes_a_backend_past_its_ejection_window_not_every_call() {
         "calls went to the backend whose probe failed"
     );
 }
+
+/// A path with a dot segment is refused before any route matches it: the
+/// `/echo` route must not carry `/echo/../hits` to the backend's `/hits`.
+#[tokio::test]
+async fn paths_with_dot_segments_are_refused_not_forwarded() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&route_table("echo", "/echo", &[base(&testbed)], "")).await;
+    for path in [
+        "/echo/../hits",
+        "/echo/%2e%2E/hits",
+        "/echo/./x",
+        "/echo/.%2e",
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        let reply = raw_exchange(wharf.addr, request.as_bytes(), Duration::from_secs(5)).await;
+        let text = String::from_utf8_lossy(&reply);
+        assert!(text.starts_with("HTTP/1.1 400 "), "{path}: {text}");
+        assert!(text.contains("\"bad_request\""), "{path}: {text}");
+    }
+    assert_eq!(
+        testbed.hits("/hits"),
+        0,
+        "a dot segment reached the backend"
+    );
+    // Dots inside a segment are a name like any other.
+    let request = "GET /echo/..x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    let reply = raw_exchange(wharf.addr, request.as_bytes(), Duration::from_secs(5)).await;
+    assert!(!String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 400 "));
+    assert_eq!(testbed.hits("/echo/..x"), 1);
+}

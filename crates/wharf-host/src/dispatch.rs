@@ -30,6 +30,8 @@ pub(crate) enum Routed {
     To(HostService),
     /// No service is mounted there.
     Nowhere,
+    /// The path has a `.` or `..` segment: refused before any service sees it.
+    DotSegment,
 }
 
 impl Routed {
@@ -38,6 +40,7 @@ impl Routed {
         match self {
             Routed::To(service) => service.call(request),
             Routed::Nowhere => not_found(&request),
+            Routed::DotSegment => dot_segment(&request),
         }
     }
 
@@ -45,8 +48,8 @@ impl Routed {
     pub(crate) fn wants_request_fields(&self) -> bool {
         match self {
             Routed::To(service) => service.reads_request_fields(),
-            // A 404 reads nothing of the request but its path.
-            Routed::Nowhere => false,
+            // A 404 or 400 reads nothing of the request but its path.
+            Routed::Nowhere | Routed::DotSegment => false,
         }
     }
 }
@@ -54,6 +57,9 @@ impl Routed {
 impl Dispatcher {
     /// The service for a request `path` (its URI's path).
     pub(crate) fn route(&self, path: &str) -> Routed {
+        if has_dot_segment(path) {
+            return Routed::DotSegment;
+        }
         match self.current().find(path) {
             Some(mounted) => Routed::To(mounted.service.clone()),
             None => Routed::Nowhere,
@@ -82,6 +88,48 @@ fn not_found<B>(request: &Request<B>) -> CallFuture {
         StatusCode::NOT_FOUND,
         "not_found",
         &format!("no service at {}", request.uri().path()),
+    );
+    CallFuture::ready(response)
+}
+
+/// Whether `path` has a `.` or `..` segment, percent-encoded ones included.
+///
+/// Services match a request by its path as sent, and a route forwards it as sent: a
+/// `/public/../admin` would be matched by the `/public` route and reach the backend's
+/// `/admin` once the backend resolves the dots (path confusion). Clients resolve dot
+/// segments before sending (RFC 3986 §5.2.4), so only a crafted request has one, and it
+/// is refused rather than rewritten.
+fn has_dot_segment(path: &str) -> bool {
+    // Most paths have neither byte: one pass, no split.
+    if !path.bytes().any(|byte| byte == b'.' || byte == b'%') {
+        return false;
+    }
+    path.split('/').any(|segment| {
+        let mut rest = segment.as_bytes();
+        let mut dots = 0;
+        while !rest.is_empty() {
+            if rest[0] == b'.' {
+                rest = &rest[1..];
+            } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case(b"%2e") {
+                rest = &rest[3..];
+            } else {
+                return false;
+            }
+            dots += 1;
+        }
+        dots == 1 || dots == 2
+    })
+}
+
+/// The answer to a path with a dot segment.
+fn dot_segment<B>(request: &Request<B>) -> CallFuture {
+    let response = json_error(
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+        &format!(
+            "path {} has a \".\" or \"..\" segment: send it with the dots resolved (RFC 3986 section 5.2.4)",
+            request.uri().path()
+        ),
     );
     CallFuture::ready(response)
 }
@@ -138,4 +186,39 @@ fn request_head_bytes<B>(request: &Request<B>) -> usize {
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
     line + headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_dot_segment;
+
+    #[test]
+    fn dot_segments_in_any_spelling_and_nothing_else() {
+        for path in [
+            "/.",
+            "/..",
+            "/a/../b",
+            "/a/./b",
+            "/a/..",
+            "/a/%2e%2e/b",
+            "/a/%2E%2e/b",
+            "/a/.%2e/b",
+            "/a/%2e/b",
+        ] {
+            assert!(has_dot_segment(path), "{path}");
+        }
+        for path in [
+            "/",
+            "/proxy",
+            "/a.b/c",
+            "/a/..b",
+            "/a/b..",
+            "/a/.../b",
+            "/a/%2e%2e%2e",
+            "/a/%2f",
+            "/v1.2/x",
+        ] {
+            assert!(!has_dot_segment(path), "{path}");
+        }
+    }
 }
