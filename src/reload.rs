@@ -41,15 +41,49 @@ pub struct ServerOverrides {
 }
 
 impl ServerOverrides {
-    /// Applies the overrides to `server`.
-    pub fn apply(&self, server: &mut ServerConfig) {
+    /// Applies the overrides to `server`, refusing them when they give both listeners the
+    /// same port (the file's own addresses were checked when it was validated).
+    pub fn apply(&self, server: &mut ServerConfig) -> Result<(), ListenerClash> {
         if let Some(listen) = self.listen {
             server.listen = listen;
         }
         if let Some(admin_listen) = self.admin_listen {
             server.admin_listen = admin_listen;
         }
+        let overridden = self.listen.is_some() || self.admin_listen.is_some();
+        if overridden && server.listeners_collide() {
+            return Err(ListenerClash {
+                listen: server.listen,
+                admin_listen: server.admin_listen,
+                listen_from: match self.listen {
+                    Some(_) => "--listen",
+                    None => "server.listen",
+                },
+                admin_from: match self.admin_listen {
+                    Some(_) => "--admin-listen",
+                    None => "server.admin_listen",
+                },
+            });
+        }
+        Ok(())
     }
+}
+
+/// The address flags give the service and admin listeners the same port.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{listen_from} {listen} and {admin_from} {admin_listen} take the same port, \
+     give the admin listener its own address"
+)]
+pub struct ListenerClash {
+    /// The service listener's address, after the overrides.
+    pub listen: std::net::SocketAddr,
+    /// The admin listener's address, after the overrides.
+    pub admin_listen: std::net::SocketAddr,
+    /// Where `listen` came from: `--listen` or `server.listen`.
+    pub listen_from: &'static str,
+    /// Where `admin_listen` came from: `--admin-listen` or `server.admin_listen`.
+    pub admin_from: &'static str,
 }
 
 impl ConfigReloader {
@@ -83,7 +117,10 @@ impl ConfigReloader {
                 return Err(error.to_string());
             }
         };
-        self.overrides.apply(&mut config.server);
+        if let Err(error) = self.overrides.apply(&mut config.server) {
+            warn!(error = %error, "reload refused; the running config stays");
+            return Err(error.to_string());
+        }
         let mut set = self.reloader.service_set();
         let (catalogue, rebuilt) = Catalogue::mount_all(&config, &mut set, Some(&state.1))
             .map_err(|error| {
@@ -170,6 +207,34 @@ mod tests {
         Config::from_toml_str(&text, "test.toml")
             .unwrap_or_else(|error| panic!("{error}"))
             .server
+    }
+
+    #[test]
+    fn address_flags_are_checked_against_each_other_and_the_file() {
+        let flags = |listen: Option<&str>, admin_listen: Option<&str>| ServerOverrides {
+            listen: listen.map(|a| a.parse().unwrap()),
+            admin_listen: admin_listen.map(|a| a.parse().unwrap()),
+        };
+        let clash = |overrides: ServerOverrides| {
+            let mut server = ServerConfig::default();
+            overrides
+                .apply(&mut server)
+                .map_err(|error| error.to_string())
+        };
+        assert_eq!(
+            clash(flags(Some("127.0.0.1:7000"), Some("127.0.0.1:7000"))).unwrap_err(),
+            "--listen 127.0.0.1:7000 and --admin-listen 127.0.0.1:7000 take the same port, \
+             give the admin listener its own address"
+        );
+        // The default admin_listen is 127.0.0.1:9901.
+        assert_eq!(
+            clash(flags(Some("0.0.0.0:9901"), None)).unwrap_err(),
+            "--listen 0.0.0.0:9901 and server.admin_listen 127.0.0.1:9901 take the same port, \
+             give the admin listener its own address"
+        );
+        assert!(clash(flags(Some("127.0.0.1:0"), Some("127.0.0.1:0"))).is_ok());
+        assert!(clash(flags(Some("127.0.0.1:7000"), None)).is_ok());
+        assert!(clash(flags(None, None)).is_ok());
     }
 
     #[test]

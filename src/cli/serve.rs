@@ -41,7 +41,8 @@ pub(crate) struct LoadedConfig {
 }
 
 /// Loads the config (the embedded default without `--config`) and applies the address
-/// flags. Runs before logging is set up, so it logs nothing; `main` prints its error.
+/// flags, refusing flags that give both listeners the same port. Runs before logging is set
+/// up, so it logs nothing; `main` prints its error.
 pub(crate) fn load(args: &ServeArgs) -> anyhow::Result<LoadedConfig> {
     let phase_started = Instant::now();
     let mut config = match &args.config {
@@ -52,7 +53,7 @@ pub(crate) fn load(args: &ServeArgs) -> anyhow::Result<LoadedConfig> {
         listen: args.listen,
         admin_listen: args.admin_listen,
     };
-    overrides.apply(&mut config.server);
+    overrides.apply(&mut config.server)?;
     Ok(LoadedConfig {
         config,
         config_load: phase_started.elapsed(),

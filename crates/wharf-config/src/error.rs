@@ -7,13 +7,16 @@ use std::fmt;
 /// Displays as `file:line: key: why`, e.g.
 /// `wharf.toml:14: services.proxy.max_ttl: "1dy" is not a duration (e.g. "1d"): ...`;
 /// the line is left out when unknown (a file that cannot be read), the key when the problem
-/// is not about one key (a TOML syntax error).
+/// is not about one key (a TOML syntax error outside a value). A TOML syntax error also gives
+/// the column: `wharf.toml:2:16: server.listen: ...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// The file, as given to [`crate::Config::load`] or [`crate::Config::from_toml_str`].
     pub file: String,
     /// 1-based line of the offending key or value, if known.
     pub line: Option<usize>,
+    /// 1-based column (in characters) of a TOML syntax error; `None` for other problems.
+    pub column: Option<usize>,
     /// Dotted path of the key (`services.proxy.max_ttl`), or empty.
     pub key: String,
     /// Why it is wrong and, where there is one, the fix.
@@ -25,6 +28,9 @@ impl fmt::Display for Problem {
         f.write_str(&self.file)?;
         if let Some(line) = self.line {
             write!(f, ":{line}")?;
+            if let Some(column) = self.column {
+                write!(f, ":{column}")?;
+            }
         }
         if !self.key.is_empty() {
             write!(f, ": {}", self.key)?;
@@ -61,6 +67,7 @@ impl ConfigError {
         ConfigError::new(vec![Problem {
             file: file.to_owned(),
             line: None,
+            column: None,
             key: String::new(),
             message,
         }])

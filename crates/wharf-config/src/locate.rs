@@ -25,24 +25,89 @@ pub(crate) fn problem_from_toml(err: &toml::de::Error, text: &str, file: &str) -
     let message = err.message().trim_end().replace('\n', "; ");
     let span = err.span();
     let line = span.as_ref().map(|span| line_of(text, span.start));
+    let mut column = None;
+    // `[[server]]` or `server = [...]`, refused by `raw::Table`: say how a table is written.
+    let table_not_array = message == "invalid type: sequence, expected a table";
     let (key, message) = match (span, describe(&message)) {
         (Some(span), Some(kind)) => {
             let is_key = matches!(kind, Described::UnknownKey(_));
             let key = key_path_at(text, span, is_key);
             let message = match kind {
+                Described::WrongValue(_) if table_not_array && !key.is_empty() => {
+                    format!("expected a table ([{key}]), found an array")
+                }
                 Described::UnknownKey(m) | Described::WrongValue(m) => m,
             };
             (key, message)
         }
         (None, Some(Described::UnknownKey(m) | Described::WrongValue(m))) => (String::new(), m),
-        (_, None) => (String::new(), message),
+        (Some(span), None) => {
+            let (key, message, col) = syntax(text, span.start, &message);
+            column = col;
+            (key, message)
+        }
+        (None, None) => (String::new(), message),
     };
     Problem {
         file: file.to_owned(),
         line,
+        column,
         key,
         message,
     }
+}
+
+/// Locates toml's syntax error `message` at byte `offset`: the key whose value it is in (if
+/// any), the message (with the fix for a bare word where a string belongs) and the 1-based
+/// column. An integer beyond 64 bits is a bad value rather than bad syntax: it is reworded and
+/// reported like one, without a column.
+fn syntax(text: &str, offset: usize, message: &str) -> (String, String, Option<usize>) {
+    let offset = offset.min(text.len());
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let col = text[line_start..offset].chars().count() + 1;
+    let Some(value) = value_at(text, offset) else {
+        return (String::new(), message.to_owned(), Some(col));
+    };
+    let key = value.path.join(".");
+    let limit = match message {
+        "number too large to fit in target type" => Some(("too large", "at most", i64::MAX)),
+        "number too small to fit in target type" => Some(("too small", "at least", i64::MIN)),
+        _ => None,
+    };
+    if let Some((what, bound, limit)) = limit {
+        let number: String = text[offset..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '-'))
+            .collect();
+        let message = format!("{number} is {what} for a TOML integer ({bound} {limit})");
+        return (key, message, None);
+    }
+    let message = match quotes_hint(text, &value, offset) {
+        Some(hint) => format!("{message}; {hint}"),
+        None => message.to_owned(),
+    };
+    (key, message, Some(col))
+}
+
+/// `strings need quotes: listen = "127.0.0.1:1"`, when the statement at `offset` is
+/// `key = word` on one line and `word` is not TOML but `"word"` is. Only that clear case:
+/// no hint inside arrays or inline tables, for several words, or for `True`.
+fn quotes_hint(text: &str, value: &ValueAt, offset: usize) -> Option<String> {
+    if !value.top_level || text[value.start..offset].contains('\n') {
+        return None;
+    }
+    let line_end = find_byte(text.as_bytes(), value.start, b'\n');
+    let word = text[value.start..line_end].split('#').next()?.trim();
+    let bare = !word.is_empty()
+        && !word.contains(|c: char| c.is_whitespace() || "\"'[]{},\\".contains(c))
+        && !word.eq_ignore_ascii_case("true")
+        && !word.eq_ignore_ascii_case("false");
+    let parses = |v: &str| toml::from_str::<toml::Table>(&format!("v = {v}")).is_ok();
+    if !bare || parses(word) || !parses(&format!("\"{word}\"")) {
+        return None;
+    }
+    let key = text[value.key_start..value.start - 1].trim();
+    Some(format!("strings need quotes: {key} = \"{word}\""))
 }
 
 /// A serde error about one key, reworded.
@@ -94,18 +159,93 @@ pub(crate) fn key_path_at(text: &str, span: Range<usize>, is_key: bool) -> Strin
     if !text.is_char_boundary(end) {
         return String::new();
     }
+    let scan = match scan(text, end) {
+        Ok(scan) => scan,
+        // The span is in this header: an unknown table name.
+        Err(header) => return dotted(text[header..end].trim_start_matches('[')).join("."),
+    };
     let bytes = text.as_bytes();
-    // The table the statement is in, from the last `[header]`.
-    let mut table: Vec<String> = Vec::new();
-    // Keys of the inline tables we are inside, outermost first.
-    let mut parents: Vec<Vec<String>> = Vec::new();
-    // The key whose value is being scanned.
-    let mut current: Vec<String> = Vec::new();
-    // Where the key being read began; valid while `in_key`.
-    let mut key_start = 0;
-    let mut in_key = true;
-    // Open `{` and `[` of the value being scanned.
-    let mut brackets: Vec<u8> = Vec::new();
+    let at_statement_start =
+        scan.in_key && scan.brackets.is_empty() && text[scan.key_start..end].trim().is_empty();
+    if !is_key && at_statement_start && bytes.get(end) == Some(&b'[') {
+        // The value is a table or array of tables written as a `[header]`.
+        let line_end = find_byte(bytes, end, b'\n');
+        let header = text[end..line_end].split('#').next().unwrap_or_default();
+        return dotted(header.trim().trim_start_matches('[').trim_end_matches(']')).join(".");
+    }
+    let mut path = scan.table;
+    path.extend(scan.parents.into_iter().flatten());
+    if is_key {
+        path.extend(dotted(&text[scan.key_start.min(end)..end]));
+    } else {
+        path.extend(scan.current);
+    }
+    path.join(".")
+}
+
+/// The value that `offset` lies in, for a syntax error.
+struct ValueAt {
+    /// Dotted path of its key.
+    path: Vec<String>,
+    /// Where its key begins.
+    key_start: usize,
+    /// Where the value begins (just past the `=`).
+    start: usize,
+    /// A statement's value, not one inside an array or inline table.
+    top_level: bool,
+}
+
+/// The value whose text holds `offset`; `None` at a key, a header or between statements.
+fn value_at(text: &str, offset: usize) -> Option<ValueAt> {
+    if !text.is_char_boundary(offset) {
+        return None;
+    }
+    let scan = scan(text, offset).ok()?;
+    if scan.in_key {
+        return None;
+    }
+    let top_level = scan.brackets.is_empty() && scan.parents.is_empty();
+    let mut path = scan.table;
+    path.extend(scan.parents.into_iter().flatten());
+    path.extend(scan.current);
+    Some(ValueAt {
+        path,
+        key_start: scan.key_start,
+        start: scan.value_start,
+        top_level,
+    })
+}
+
+/// Where a scan of the document up to an offset stopped.
+struct Scan {
+    /// The table the statement is in, from the last `[header]`.
+    table: Vec<String>,
+    /// Keys of the inline tables we are inside, outermost first.
+    parents: Vec<Vec<String>>,
+    /// The key whose value is being scanned.
+    current: Vec<String>,
+    /// Where the key being read, or the last one read, began.
+    key_start: usize,
+    /// Just past the `=` of the last key read.
+    value_start: usize,
+    /// At a key (or between statements) rather than in a value.
+    in_key: bool,
+    /// Open `{` and `[` of the value being scanned.
+    brackets: Vec<u8>,
+}
+
+/// Scans `text` up to `end`; `Err` with the header's start when `end` is in a `[header]`.
+fn scan(text: &str, end: usize) -> Result<Scan, usize> {
+    let bytes = text.as_bytes();
+    let mut s = Scan {
+        table: Vec::new(),
+        parents: Vec::new(),
+        current: Vec::new(),
+        key_start: 0,
+        value_start: 0,
+        in_key: true,
+        brackets: Vec::new(),
+    };
     let mut i = 0;
     while i < end {
         match bytes[i] {
@@ -117,67 +257,52 @@ pub(crate) fn key_path_at(text: &str, span: Range<usize>, is_key: bool) -> Strin
                 i = skip_string(bytes, i, quote);
                 continue;
             }
-            b'\n' if brackets.is_empty() => {
-                parents.clear();
-                current.clear();
-                in_key = true;
-                key_start = i + 1;
+            b'\n' if s.brackets.is_empty() => {
+                s.parents.clear();
+                s.current.clear();
+                s.in_key = true;
+                s.key_start = i + 1;
             }
-            b'[' if in_key && brackets.is_empty() && text[key_start..i].trim().is_empty() => {
+            b'[' if s.in_key && s.brackets.is_empty() && text[s.key_start..i].trim().is_empty() => {
                 let line_end = find_byte(bytes, i, b'\n');
                 if end <= line_end {
-                    // The span is in this header: an unknown table name.
-                    return dotted(text[i..end].trim_start_matches('[')).join(".");
+                    return Err(i);
                 }
                 let header = text[i..line_end].split('#').next().unwrap_or_default();
-                table = dotted(header.trim().trim_start_matches('[').trim_end_matches(']'));
+                s.table = dotted(header.trim().trim_start_matches('[').trim_end_matches(']'));
                 i = line_end;
                 continue;
             }
-            b'=' if in_key => {
-                current = dotted(&text[key_start..i]);
-                in_key = false;
+            b'=' if s.in_key => {
+                s.current = dotted(&text[s.key_start..i]);
+                s.in_key = false;
+                s.value_start = i + 1;
             }
-            b'{' if !in_key => {
-                brackets.push(b'{');
-                parents.push(std::mem::take(&mut current));
-                in_key = true;
-                key_start = i + 1;
+            b'{' if !s.in_key => {
+                s.brackets.push(b'{');
+                s.parents.push(std::mem::take(&mut s.current));
+                s.in_key = true;
+                s.key_start = i + 1;
             }
-            b'[' if !in_key => brackets.push(b'['),
-            b']' if brackets.last() == Some(&b'[') => {
-                brackets.pop();
+            b'[' if !s.in_key => s.brackets.push(b'['),
+            b']' if s.brackets.last() == Some(&b'[') => {
+                s.brackets.pop();
             }
-            b'}' if brackets.last() == Some(&b'{') => {
-                brackets.pop();
-                current = parents.pop().unwrap_or_default();
-                in_key = false;
+            b'}' if s.brackets.last() == Some(&b'{') => {
+                s.brackets.pop();
+                s.current = s.parents.pop().unwrap_or_default();
+                s.in_key = false;
             }
-            b',' if brackets.last() == Some(&b'{') => {
-                current.clear();
-                in_key = true;
-                key_start = i + 1;
+            b',' if s.brackets.last() == Some(&b'{') => {
+                s.current.clear();
+                s.in_key = true;
+                s.key_start = i + 1;
             }
             _ => {}
         }
         i += 1;
     }
-    let at_statement_start =
-        in_key && brackets.is_empty() && text[key_start..end].trim().is_empty();
-    if !is_key && at_statement_start && bytes.get(end) == Some(&b'[') {
-        // The value is a table or array of tables written as a `[header]`.
-        let line_end = find_byte(bytes, end, b'\n');
-        let header = text[end..line_end].split('#').next().unwrap_or_default();
-        return dotted(header.trim().trim_start_matches('[').trim_end_matches(']')).join(".");
-    }
-    let mut path = table;
-    path.extend(parents.into_iter().flatten());
-    if is_key {
-        path.extend(dotted(&text[key_start.min(end)..end]));
-    } else {
-        path.extend(current);
-    }
-    path.join(".")
+    Ok(s)
 }
 
 /// Index of the next `byte` at or after `from`, or the end of the text.

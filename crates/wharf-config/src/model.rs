@@ -4,7 +4,7 @@
 //! these types never re-validate. Field docs give the TOML key, its unit, its default and what
 //! happens at the limit; docs/configuration.md is the same reference for operators.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,8 +18,8 @@ pub struct ServerConfig {
     /// OS for a free port.
     pub listen: SocketAddr,
     /// `admin_listen`: address of the admin listener (`/metrics`, `/healthz`, `/readyz`,
-    /// `/debug/inflight`). Default `127.0.0.1:9901`. Must differ from `listen` unless one of
-    /// them uses port 0.
+    /// `/debug/inflight`). Default `127.0.0.1:9901`. Must not take the port of `listen`
+    /// (see [`ServerConfig::listeners_collide`]) unless one of them uses port 0.
     pub admin_listen: SocketAddr,
     /// `max_connections`: client connections (sessions) open at once on `listen`; the admin
     /// listener is not counted. Default 10000, range 1..=1000000. At the limit new connections
@@ -95,6 +95,35 @@ pub struct ServerConfig {
     /// Default: none (the admin listener is bound to loopback by default).
     /// At least 16 characters, no whitespace.
     pub admin_token: Option<String>,
+}
+
+impl ServerConfig {
+    /// Whether `listen` and `admin_listen` would take the same port, so that the second
+    /// bind fails: the same address, or one a wildcard that covers the other (`0.0.0.0`
+    /// covers every IPv4 address; `[::]` every address, as Linux binds it dual-stack unless
+    /// `net.ipv6.bindv6only` is set). Port 0 picks a free port: it never collides.
+    ///
+    /// ```
+    /// let mut server = wharf_config::ServerConfig::default();
+    /// server.listen = "0.0.0.0:9901".parse()?;
+    /// assert!(server.listeners_collide(), "the admin default is 127.0.0.1:9901");
+    /// # Ok::<(), std::net::AddrParseError>(())
+    /// ```
+    pub fn listeners_collide(&self) -> bool {
+        listeners_collide(self.listen, self.admin_listen)
+    }
+}
+
+/// [`ServerConfig::listeners_collide`] for any two addresses.
+pub(crate) fn listeners_collide(a: SocketAddr, b: SocketAddr) -> bool {
+    if a.port() != b.port() || a.port() == 0 {
+        return false;
+    }
+    let covers = |wildcard: SocketAddr, other: SocketAddr| match wildcard.ip() {
+        IpAddr::V4(ip) => ip.is_unspecified() && other.is_ipv4(),
+        IpAddr::V6(ip) => ip.is_unspecified(),
+    };
+    a.ip() == b.ip() || covers(a, b) || covers(b, a)
 }
 
 /// The TLS files of the service listener.

@@ -6,12 +6,17 @@
 //! (`services.a.type = "proxy"`), and asking for one fails the parse. A service is one flat
 //! struct holding the keys of every service type; `validate` refuses the keys that do not
 //! belong to the declared `type` (an internally tagged enum would lose the spans).
+//!
+//! A derived struct also accepts an array, assigning its elements to the keys in order
+//! (`telemetry = ["json", "debug"]` would pass). Every struct-typed key is therefore read
+//! through [`table`] (or [`services`]), which accepts only a TOML table.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::Range;
 
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -24,8 +29,11 @@ pub(crate) type RawStringList = Spanned<Vec<Spanned<String>>>;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
+    #[serde(default, deserialize_with = "table")]
     pub(crate) server: Option<RawServer>,
+    #[serde(default, deserialize_with = "services")]
     pub(crate) services: Option<BTreeMap<Spanned<String>, RawService>>,
+    #[serde(default, deserialize_with = "table")]
     pub(crate) telemetry: Option<RawTelemetry>,
 }
 
@@ -108,6 +116,7 @@ pub(crate) struct RawService {
     pub(crate) subject: Option<Spanned<String>>,
     pub(crate) forward_headers: Option<RawStringList>,
     pub(crate) publish_timeout: Option<Spanned<RawDuration>>,
+    #[serde(default, deserialize_with = "table")]
     pub(crate) deliver: Option<RawDeliver>,
 }
 
@@ -205,6 +214,49 @@ fn present<T>(keys: &mut Vec<PresentKey>, name: &'static str, value: &Option<Spa
 fn present_table(keys: &mut Vec<PresentKey>, name: &'static str, table: &Option<RawHeaderTable>) {
     if let Some(table) = table {
         keys.push((name, table.keys().next().map(Spanned::span)));
+    }
+}
+
+/// A struct-typed key (`server`, `telemetry`, `deliver`): a TOML table only, never an array.
+fn table<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Table::deserialize(deserializer).map(|Table(value)| Some(value))
+}
+
+/// `services`: a table of service tables, each a TOML table only.
+fn services<'de, D>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<Spanned<String>, RawService>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let services = BTreeMap::<Spanned<String>, Table<RawService>>::deserialize(deserializer)?;
+    let services = services.into_iter().map(|(name, Table(raw))| (name, raw));
+    Ok(Some(services.collect()))
+}
+
+/// A `T` read from a TOML table. An array is refused as `invalid type: sequence, expected a
+/// table`, which `locate` rewords with the key's name.
+struct Table<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Table<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TableVisitor<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for TableVisitor<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(TableVisitor(PhantomData))
+            .map(Table)
     }
 }
 

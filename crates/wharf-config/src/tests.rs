@@ -444,12 +444,192 @@ fn wrong_toml_type() {
 #[test]
 fn toml_syntax_error() {
     let p = problem("[server]\nlisten = \"127.0.0.1:8080\n");
-    assert!(p.starts_with("wharf.toml:2: "), "{p}");
+    assert!(p.starts_with("wharf.toml:2:25: server.listen: "), "{p}");
     let p = problem("[server]\n[server]\n");
     assert!(
-        p.starts_with("wharf.toml:2: ") && p.contains("duplicate key"),
+        p.starts_with("wharf.toml:2:1: ") && p.contains("duplicate key"),
         "{p}"
     );
+}
+
+/// A syntax error gives line, column and the key whose value it is in; a bare word where a
+/// string belongs also gives the fix.
+#[test]
+fn toml_syntax_error_located() {
+    for (text, expected) in [
+        (
+            "[server]\nlisten = 127.0.0.1:1\n",
+            "wharf.toml:2:15: server.listen: expected newline, `#`; \
+             strings need quotes: listen = \"127.0.0.1:1\"",
+        ),
+        (
+            "[services.p]\ntype = proxy # the cache\n",
+            "wharf.toml:2:8: services.p.type: invalid string; expected `\"`, `'`; \
+             strings need quotes: type = \"proxy\"",
+        ),
+        (
+            "[services.p]\nmax_ttl = 1d\r\n",
+            "wharf.toml:2:12: services.p.max_ttl: expected newline, `#`; \
+             strings need quotes: max_ttl = \"1d\"",
+        ),
+        // Not a bare word: no hint.
+        (
+            "[server]\ncpu_steering = True\n",
+            "wharf.toml:2:16: server.cpu_steering: invalid string; expected `\"`, `'`",
+        ),
+        ("x = \"a\" b\n", "wharf.toml:1:9: x: expected newline, `#`"),
+        (
+            "hosts = [\n  \"a\",\n  b,\n]\n",
+            "wharf.toml:3:3: hosts: invalid array; expected `]`",
+        ),
+        // Not in a value: no key.
+        ("this is { not toml\n", "wharf.toml:1:6: expected `.`, `=`"),
+        ("{\"server\": {}}\n", "wharf.toml:1:1: invalid key"),
+        (
+            "[server\nlisten = \"x\"\n",
+            "wharf.toml:1:8: invalid table header; expected `.`, `]`",
+        ),
+        // Columns count characters, not bytes.
+        (
+            "[server]\nlisten = \"é\" x\n",
+            "wharf.toml:2:14: server.listen: expected newline, `#`",
+        ),
+    ] {
+        assert_eq!(problem(text), expected, "{text:?}");
+    }
+}
+
+/// An integer beyond TOML's 64 bits is a bad value of its key, not bad syntax.
+#[test]
+fn integer_too_large_names_its_key() {
+    let p = problem("[server]\nmax_connections = 99999999999999999999\n");
+    assert_eq!(
+        p,
+        "wharf.toml:2: server.max_connections: 99999999999999999999 is too large \
+         for a TOML integer (at most 9223372036854775807)"
+    );
+    let p = problem(
+        "[services.p]\ntype = \"proxy\"\nmax_queued_calls = -1_000_000_000_000_000_000_000\n",
+    );
+    assert_eq!(
+        p,
+        "wharf.toml:3: services.p.max_queued_calls: -1_000_000_000_000_000_000_000 is too small \
+         for a TOML integer (at least -9223372036854775808)"
+    );
+}
+
+/// A table-typed key given an array (`[[server]]`, `server = [...]`) is refused with the
+/// key, never read by position (`telemetry = ["json", ...]` used to pass).
+#[test]
+fn array_where_a_table_belongs() {
+    for (text, expected) in [
+        (
+            "[[server]]\nlisten = \"127.0.0.1:1\"\n",
+            "wharf.toml:1: server: expected a table ([server]), found an array",
+        ),
+        (
+            "server = [\"127.0.0.1:21070\", \"127.0.0.1:21071\", 5]\n",
+            "wharf.toml:1: server: expected a table ([server]), found an array",
+        ),
+        (
+            "telemetry = [\"json\", \"debug\", \"http://127.0.0.1:4318\", \"svc\", 0.5]\n",
+            "wharf.toml:1: telemetry: expected a table ([telemetry]), found an array",
+        ),
+        (
+            "[[telemetry]]\nlog_format = \"json\"\n",
+            "wharf.toml:1: telemetry: expected a table ([telemetry]), found an array",
+        ),
+        (
+            "services.p = [1]\n",
+            "wharf.toml:1: services.p: expected a table ([services.p]), found an array",
+        ),
+        (
+            "[[services.p]]\ntype = \"proxy\"\npath = \"/p\"\n",
+            "wharf.toml:1: services.p: expected a table ([services.p]), found an array",
+        ),
+        (
+            "[services.q]\ntype = \"queue\"\n[[services.q.deliver]]\nbackend = \"x\"\n",
+            "wharf.toml:3: services.q.deliver: expected a table ([services.q.deliver]), \
+             found an array",
+        ),
+        (
+            "[services.q]\ntype = \"queue\"\ndeliver = [\"http://127.0.0.1:1\", 3]\n",
+            "wharf.toml:3: services.q.deliver: expected a table ([services.q.deliver]), \
+             found an array",
+        ),
+    ] {
+        assert_eq!(problem(text), expected, "{text:?}");
+    }
+    // Tables read through the same path keep refusing unknown keys, at the key.
+    let p = problem("[services.q]\ntype = \"queue\"\n[services.q.deliver]\nbakend = \"x\"\n");
+    assert!(
+        p.starts_with("wharf.toml:4: services.q.deliver.bakend: unknown key `bakend`"),
+        "{p}"
+    );
+    let p = problem("[telemetry]\nlog_fromat = \"json\"\n");
+    assert!(
+        p.starts_with("wharf.toml:2: telemetry.log_fromat: unknown key"),
+        "{p}"
+    );
+}
+
+/// `listen` and `admin_listen` on the same port collide when one is a wildcard covering
+/// the other, as the second bind would fail.
+#[test]
+fn listeners_on_the_same_port() {
+    let server = |listen: &str, admin: &str| {
+        format!("[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\n")
+    };
+    for (listen, admin, every) in [
+        (
+            "0.0.0.0:21060",
+            "127.0.0.1:21060",
+            "0.0.0.0:21060 listens on every IPv4 address",
+        ),
+        (
+            "127.0.0.1:21060",
+            "0.0.0.0:21060",
+            "0.0.0.0:21060 listens on every IPv4 address",
+        ),
+        (
+            "[::]:21060",
+            "[::1]:21060",
+            "[::]:21060 listens on every address, IPv4 included",
+        ),
+        (
+            "[::]:21060",
+            "127.0.0.1:21060",
+            "[::]:21060 listens on every address, IPv4 included",
+        ),
+        (
+            "0.0.0.0:21060",
+            "[::]:21060",
+            "[::]:21060 listens on every address, IPv4 included",
+        ),
+    ] {
+        assert_eq!(
+            problem(&server(listen, admin)),
+            format!(
+                "wharf.toml:3: server.admin_listen: {admin} collides with `listen` {listen} \
+                 ({every}), give the admin listener its own port"
+            )
+        );
+    }
+    assert_eq!(
+        problem(&server("127.0.0.1:21060", "127.0.0.1:21060")),
+        "wharf.toml:3: server.admin_listen: 127.0.0.1:21060 is also `listen`, \
+         give the admin listener its own address"
+    );
+    for (listen, admin) in [
+        ("0.0.0.0:0", "127.0.0.1:0"),
+        ("0.0.0.0:21060", "127.0.0.1:21061"),
+        ("0.0.0.0:21060", "[::1]:21060"),
+        ("127.0.0.1:21060", "127.0.0.2:21060"),
+        ("127.0.0.1:21060", "[::1]:21060"),
+    ] {
+        let config = ok(&server(listen, admin));
+        assert!(!config.server.listeners_collide(), "{listen} {admin}");
+    }
 }
 
 #[test]

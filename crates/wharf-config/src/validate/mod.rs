@@ -85,6 +85,7 @@ impl Checker<'_> {
         self.problems.push(Problem {
             file: self.file.to_owned(),
             line: span.map(|s| line_of(self.text, s.start)),
+            column: None,
             key: key.to_owned(),
             message: message.into(),
         });

@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use super::{builtin_duration, builtin_size, Checker};
 use crate::defaults;
-use crate::model::{ServerConfig, TlsConfig};
+use crate::model::{self, ServerConfig, TlsConfig};
 use crate::raw::RawServer;
 
 /// `server.listen` and `server.admin_listen`.
@@ -88,18 +88,31 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
         &raw.admin_listen,
         defaults::ADMIN_LISTEN,
     );
-    // Port 0 means "any free port": two of them never collide.
-    if listen == admin_listen && listen.port() != 0 {
+    if model::listeners_collide(listen, admin_listen) {
         let span = raw
             .admin_listen
             .as_ref()
             .or(raw.listen.as_ref())
             .map(Spanned::span);
-        c.report(
-            span,
-            "server.admin_listen",
-            format!("{admin_listen} is also `listen`, give the admin listener its own address"),
-        );
+        let message = if listen == admin_listen {
+            format!("{admin_listen} is also `listen`, give the admin listener its own address")
+        } else {
+            // Not the same address: a wildcard covers the other (`[::]` more than `0.0.0.0`).
+            let wildcard = [listen, admin_listen]
+                .into_iter()
+                .filter(|addr| addr.ip().is_unspecified())
+                .max_by_key(SocketAddr::is_ipv6)
+                .unwrap_or(listen);
+            let every = match wildcard.is_ipv4() {
+                true => "every IPv4 address",
+                false => "every address, IPv4 included",
+            };
+            format!(
+                "{admin_listen} collides with `listen` {listen} ({wildcard} listens on {every}), \
+                 give the admin listener its own port"
+            )
+        };
+        c.report(span, "server.admin_listen", message);
     }
     let max_connections = c.count(
         "server.max_connections",
