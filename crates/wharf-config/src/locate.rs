@@ -110,6 +110,43 @@ fn quotes_hint(text: &str, value: &ValueAt, offset: usize) -> Option<String> {
     Some(format!("strings need quotes: {key} = \"{word}\""))
 }
 
+/// `unknown key `X`, expected ...` from serde's rest of the message (`` `X`, expected
+/// one of `a`, `b` ``), with the nearest expected key first when one is a likely typo of X:
+/// the list of a service's keys holds those of every service type, too long to scan by eye.
+fn with_suggestion(rest: &str) -> String {
+    let unknown = rest.split('`').nth(1).unwrap_or("");
+    let expected = rest.split_once(", expected ").map_or("", |(_, list)| list);
+    let nearest = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|key| (edit_distance(unknown, key), key))
+        .min();
+    match nearest {
+        // Within two edits, and not most of the word: a typo, not another key.
+        Some((distance, key)) if distance <= 2 && distance * 2 < unknown.len().max(1) => {
+            format!("unknown key `{unknown}` (did you mean `{key}`?), expected {expected}")
+        }
+        _ => format!("unknown key {rest}"),
+    }
+}
+
+/// Levenshtein distance between two short ASCII-ish words (insert, delete, replace: 1 each).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let replaced = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = replaced.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
 /// A serde error about one key, reworded.
 enum Described {
     /// `unknown field ...`: the span covers the key.
@@ -121,7 +158,7 @@ enum Described {
 /// Rewords serde's messages; `None` for anything else (TOML syntax errors).
 fn describe(message: &str) -> Option<Described> {
     if let Some(rest) = message.strip_prefix("unknown field ") {
-        return Some(Described::UnknownKey(format!("unknown key {rest}")));
+        return Some(Described::UnknownKey(with_suggestion(rest)));
     }
     let (negative_ok, rest) = if let Some(rest) = message.strip_prefix("invalid type: ") {
         (true, rest)
@@ -428,6 +465,19 @@ services.z.deep = 4
         assert_eq!(
             reworded("unknown field `bogus`, expected `a` or `b`"),
             "unknown key `bogus`, expected `a` or `b`"
+        );
+        assert_eq!(
+            reworded("unknown field `cache_max_byte`, expected one of `path`, `cache_max_bytes`, `max_ttl`"),
+            "unknown key `cache_max_byte` (did you mean `cache_max_bytes`?), expected one of `path`, `cache_max_bytes`, `max_ttl`"
+        );
+        assert_eq!(
+            reworded("unknown field `tiemout`, expected one of `timeout`, `retries`"),
+            "unknown key `tiemout` (did you mean `timeout`?), expected one of `timeout`, `retries`"
+        );
+        // Two letters away from a two-letter word is not a typo of it.
+        assert_eq!(
+            reworded("unknown field `ab`, expected `cd` or `type`"),
+            "unknown key `ab`, expected `cd` or `type`"
         );
         assert_eq!(reworded("invalid table header"), "<none>");
     }

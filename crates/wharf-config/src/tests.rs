@@ -333,7 +333,7 @@ fn unknown_key_in_server() {
     let p = problem("[server]\nlisten = \"127.0.0.1:8080\"\nmax_conections = 5\n");
     assert!(
         p.starts_with(
-            "wharf.toml:3: server.max_conections: unknown key `max_conections`, expected one of"
+            "wharf.toml:3: server.max_conections: unknown key `max_conections` (did you mean `max_connections`?), expected one of"
         ),
         "{p}"
     );
