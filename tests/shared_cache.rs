@@ -39,12 +39,22 @@ fn run_id() -> String {
 
 /// A proxy at /proxy allowed to reach the testbed, with the shared tier at `redis`.
 async fn instance(testbed: &TestbedHandle, redis: &str) -> RunningHost {
-    start_wharf(&format!(
+    instance_with(testbed, redis, "first_byte_timeout = \"2s\"").await
+}
+
+/// The proxy table of [`instance`], with `keys` (whole lines) instead of its
+/// `first_byte_timeout`.
+fn proxy_table(testbed: &TestbedHandle, redis: &str, keys: &str) -> String {
+    format!(
         "[services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\nallow_private_networks = true\n\
-         allow_hosts = [\"127.0.0.1:{}\"]\nfirst_byte_timeout = \"2s\"\nshared_cache = \"{redis}\"\n",
+         allow_hosts = [\"127.0.0.1:{}\"]\nshared_cache = \"{redis}\"\n{keys}\n",
         testbed.addr().port()
-    ))
-    .await
+    )
+}
+
+/// As [`instance`], with `keys` (whole lines) instead of its `first_byte_timeout`.
+async fn instance_with(testbed: &TestbedHandle, redis: &str, keys: &str) -> RunningHost {
+    start_wharf(&proxy_table(testbed, redis, keys)).await
 }
 
 fn proxy_url(wharf: &RunningHost, target: &str) -> String {
@@ -155,6 +165,147 @@ async fn concurrent_misses_spread_over_two_instances_make_one_origin_request() {
         metric(&a, held).await + metric(&b, held).await,
         1.0,
         "the other instance waited on the lease"
+    );
+}
+
+/// Regression (shared tier, defect 1): a body slower than the lease's TTL used to let the
+/// lease expire mid-fetch, so the waiting instance fetched the origin too (and its client
+/// waited a TTL for nothing). The holder now renews its lease while it fetches.
+#[tokio::test]
+async fn a_body_slower_than_the_lease_is_still_fetched_once_across_instances() {
+    if !redis_up(6379, "shared_cache").await {
+        return;
+    }
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    // Lease TTL: 2 × 500 ms = 1 s; the body takes three.
+    let a = instance_with(&testbed, REDIS, "first_byte_timeout = \"500ms\"").await;
+    let b = instance_with(&testbed, REDIS, "first_byte_timeout = \"500ms\"").await;
+    let n = 5000u64;
+    let target = testbed.url(&format!(
+        "/stream?first_byte_ms=100&total_ms=3000&bytes={n}&run={}",
+        run_id()
+    ));
+    let first = {
+        let url = proxy_url(&a, &target);
+        tokio::spawn(async move { get(&url).await })
+    };
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            testbed.hits("/stream") >= 1
+        })
+        .await,
+        "A asked the origin"
+    );
+    let started = Instant::now();
+    let second = get(&proxy_url(&b, &target)).await;
+    let waited = started.elapsed();
+    let first = first.await.unwrap();
+    assert_eq!(first.header("x-cache"), "miss");
+    assert_eq!(first.bytes().as_ref(), expected_body(n).as_slice());
+    assert_eq!(second.status, 200);
+    assert_eq!(second.bytes().as_ref(), expected_body(n).as_slice());
+    assert_eq!(
+        (second.header("x-cache"), second.header("x-cache-tier")),
+        ("coalesced", "shared"),
+        "B waited for A's entry ({waited:?})"
+    );
+    assert_eq!(testbed.hits("/stream"), 1, "one origin request");
+}
+
+/// Regression (shared tier, defect 2): an entry read from Redis kept its writer's TTL, so
+/// an instance with a shorter `max_ttl` served it (and its memory copy) for longer.
+#[tokio::test]
+async fn a_shared_hit_is_fresh_for_no_longer_than_the_readers_max_ttl() {
+    if !redis_up(6379, "shared_cache").await {
+        return;
+    }
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let a = instance(&testbed, REDIS).await;
+    let short = instance_with(&testbed, REDIS, "max_ttl = \"1s\"").await;
+    let target = testbed.url(&format!("/bytes/300?run={}", run_id()));
+    let stored = Instant::now();
+    // Stored by A for 60 s (cacheDuration=60).
+    assert_eq!(get(&proxy_url(&a, &target)).await.header("x-cache"), "miss");
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            metric(&a, WRITES_OK).await >= 1.0
+        })
+        .await,
+        "A wrote the entry to Redis"
+    );
+    let shared = get(&proxy_url(&short, &target)).await;
+    assert_eq!(
+        (shared.header("x-cache"), shared.header("x-cache-tier")),
+        ("hit", "shared")
+    );
+    // Served from its memory copy until the entry is 1 s old, then fetched anew.
+    assert!(
+        poll_until(Duration::from_secs(4), || async {
+            get(&proxy_url(&short, &target)).await.header("x-cache") != "hit"
+        })
+        .await,
+        "still a hit {:?} after the store, with max_ttl 1s",
+        stored.elapsed()
+    );
+    assert!(
+        stored.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        stored.elapsed()
+    );
+}
+
+/// Regression (shared tier, defect 3): a tier that never works (here a database index
+/// Redis refuses) was only logged at debug level. Now: one warning naming the URL and the
+/// error, then at most one a period, however many calls skip the tier meanwhile.
+#[tokio::test]
+async fn a_shared_tier_that_never_works_is_warned_about_once_a_period() {
+    if !redis_up(6379, "shared_cache").await {
+        return;
+    }
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let redis = "redis://127.0.0.1:6379/99";
+    let config = config_file(
+        "shared-cache-warn",
+        &format!("{}{}", server_table(""), proxy_table(&testbed, redis, "")),
+    );
+    let wharf = WharfProcess::start(&config);
+    let errors = "wharf_shared_cache_requests_total{service=\"proxy\",result=\"error\"}";
+    let mut i = 0;
+    // Two failed lookups at least (the tier rests 1 s after each), every call served.
+    assert!(
+        poll_until(Duration::from_secs(10), || {
+            i += 1;
+            let url = wharf.url(&format!(
+                "/proxy?url={}&cacheDuration=60",
+                encode(&testbed.url(&format!("/bytes/{i}")))
+            ));
+            let admin = format!("http://{}/metrics", wharf.admin);
+            async move {
+                assert_eq!(get(&url).await.status, 200);
+                let page = get(&admin).await;
+                sample(&String::from_utf8_lossy(page.bytes()), errors).unwrap_or(0.0) >= 2.0
+            }
+        })
+        .await,
+        "lookups failed"
+    );
+    wharf.signal("TERM");
+    let (_status, logs) = wharf.wait().await;
+    remove_config_file(&config);
+    let warnings: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains("\"WARN\"") && line.contains("shared cache"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning a period:\n{logs}");
+    assert!(
+        warnings[0].contains(redis),
+        "names the URL: {}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0].contains("DB index is out of range"),
+        "names the error: {}",
+        warnings[0]
     );
 }
 

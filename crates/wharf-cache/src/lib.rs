@@ -33,4 +33,4 @@ pub use fill::{
 pub use memory::MemoryCache;
 pub use registry::{FillRegistry, Joined};
 pub use sealed::{SealedFile, MAX_SEALED_FILES, SEALED_FROM};
-pub use shared::{LeaseOutcome, SharedTier, SharedTierConfig, WaitOutcome};
+pub use shared::{EntryLimits, LeaseOutcome, SharedTier, SharedTierConfig, WaitOutcome};

@@ -6,13 +6,16 @@
 //!
 //! With a shared (Redis) tier the fill first asks Redis, in one round trip,
 //! for the entry or for the key's fill lease. An entry found there feeds the
-//! fill instead of the origin (and is promoted into memory). A lease held by
-//! another instance means that instance is fetching: this fill waits for its
-//! entry, bounded by the lease TTL, and fetches the origin itself if it does
-//! not come. A fill that holds the lease writes its committed entry through
-//! to Redis in the background, then gives the lease back; one that ends
-//! without an entry gives it back at once, so nobody waits for nothing.
-//! Redis failing or slow only ever means "fetch from the origin".
+//! fill instead of the origin (and is promoted into memory), fresh for no
+//! longer than this service's `max_ttl` from its store time. A lease held by
+//! another instance means that instance is fetching: its lease is renewed for
+//! as long as it does, so this fill waits for its entry while the lease lives
+//! (bounded by `total_timeout`), and fetches the origin itself if the lease
+//! goes without an entry (given back, or expired with a dead holder). A fill
+//! that holds the lease writes its committed entry through to Redis in the
+//! background, then gives the lease back; one that ends without an entry gives
+//! it back at once, so nobody waits for nothing. Redis failing or slow only
+//! ever means "fetch from the origin".
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -20,8 +23,8 @@ use std::time::{Duration, Instant};
 use tracing::{debug, Instrument};
 use wharf_cache::shared::Lease;
 use wharf_cache::{
-    CachedResponse, FillRegistry, FillWriter, LeaseOutcome, MemoryCache, PushOutcome, ResponseHead,
-    SharedTier, WaitOutcome,
+    CachedResponse, EntryLimits, FillRegistry, FillWriter, LeaseOutcome, MemoryCache, PushOutcome,
+    ResponseHead, SharedTier, WaitOutcome,
 };
 use wharf_host::metrics::UpstreamMetrics;
 use wharf_upstream::HeadFields;
@@ -40,12 +43,16 @@ pub(crate) struct FillJob {
     /// The checked destination; its URL is the cache key.
     pub(crate) target: Arc<Target>,
     pub(crate) ttl: Duration,
+    /// The service's `max_ttl`: an entry read from Redis is fresh for no longer, from its
+    /// store time, whatever TTL its writer gave it.
+    pub(crate) max_ttl: Duration,
     pub(crate) max_object_bytes: u64,
     pub(crate) total_timeout: Duration,
     pub(crate) upstream_metrics: UpstreamMetrics,
     /// The Redis tier, when configured.
     pub(crate) shared: Option<Arc<SharedTier>>,
-    /// TTL of this fill's cross-instance lease, and how long to wait for another's.
+    /// TTL of this fill's cross-instance lease (renewed while the fill goes on): how soon
+    /// other instances notice that a holder died.
     pub(crate) lease_ttl: Duration,
     /// Set before the head when the body comes from Redis rather than the origin.
     pub(crate) source: Arc<OnceLock<FillSource>>,
@@ -131,16 +138,22 @@ impl FillJob {
     }
 
     /// Asks the shared tier (if any) whether to serve its entry, wait for another
-    /// instance's, or fetch the origin; bounded by the lease TTL plus one round trip.
+    /// instance's, or fetch the origin. Waiting lasts while the other instance's lease
+    /// lives (it renews it while it fetches), at most `total_timeout` plus a round trip:
+    /// an origin exchange longer than that would have failed on the holder too.
     async fn plan(&self) -> Plan {
         let Some(shared) = &self.shared else {
             return Plan::Origin(None);
         };
-        let wait_until = tokio::time::Instant::now() + self.lease_ttl;
+        let limits = EntryLimits {
+            max_bytes: self.max_object_bytes,
+            max_ttl: self.max_ttl,
+        };
+        let wait_until = tokio::time::Instant::now() + self.total_timeout;
         let mut waited = false;
         loop {
             match shared
-                .lookup_or_lease(self.target.key(), self.lease_ttl, self.max_object_bytes)
+                .lookup_or_lease(self.target.key(), self.lease_ttl, limits)
                 .await
             {
                 LeaseOutcome::Found(entry) => {
@@ -158,10 +171,7 @@ impl FillJob {
                 LeaseOutcome::Held => {}
             }
             waited = true;
-            match shared
-                .wait(self.target.key(), self.max_object_bytes, wait_until)
-                .await
-            {
+            match shared.wait(self.target.key(), limits, wait_until).await {
                 WaitOutcome::Found(entry) => {
                     debug!("entry fetched by another instance");
                     return Plan::Entry(entry, FillSource::SharedAfterWait);

@@ -31,8 +31,10 @@ use crate::response::{
 };
 use crate::target::{Target, TargetMemo};
 
-/// Longest cross-instance fill lease: 2 × `first_byte_timeout`, capped here, is how long
-/// another instance waits for this one's entry before fetching the origin itself.
+/// Longest cross-instance fill lease. Its TTL is 2 × `first_byte_timeout`, within 1 s and
+/// this; the holder renews it every third of that while it fetches, so the TTL is not how
+/// long a fetch may take but how soon other instances notice a holder that died (and
+/// fetch the origin themselves).
 const LEASE_TTL_CAP: Duration = Duration::from_secs(10);
 
 /// The caching URL proxy of one `[services.X]` table.
@@ -328,6 +330,7 @@ impl Inner {
                     fills: self.fills.clone(),
                     target: target.clone(),
                     ttl,
+                    max_ttl: self.max_ttl,
                     max_object_bytes: self.max_object_bytes,
                     total_timeout: self.total_timeout,
                     upstream_metrics: self.upstream_metrics.clone(),

@@ -3,14 +3,24 @@
 //! takes the key's lease in one atomic step (a Lua script); the holder fetches, puts the
 //! entry and [`SharedTier::release`]s the lease; the others [`SharedTier::wait`] for the
 //! entry, or for the lease to go.
+//!
+//! A fetch may take far longer than the lease's TTL (a slow body), so a held [`Lease`] is
+//! kept alive by a task that extends it every third of its TTL, only while it is still
+//! this holder's (compare-and-extend on the token, as safe lock renewal does). Waiters
+//! therefore wait as long as the lease lives rather than for a fixed time; a holder that
+//! dies stops renewing, and its lease expires within one TTL, when a waiter takes over.
+//! One round trip per renewal, none per body chunk.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tracing::debug;
 use wharf_metrics::shared::{SharedLease, SharedLookup, SharedOp};
 
-use super::{Keys, OpError, SharedTier};
+use super::{EntryLimits, Keys, OpError, SharedTier};
 use crate::entry::CachedResponse;
 
 /// Finds the meta value, or takes the lease, in one atomic step: KEYS = meta, lease;
@@ -26,6 +36,13 @@ return 0
 /// Deletes the lease only if it is still ours: KEYS = lease; ARGV = token.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// Extends the lease to a full TTL only if it is still ours: KEYS = lease; ARGV = token,
+/// TTL in ms. Returns 1 (extended) or 0 (expired, or another instance's by now).
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 ";
 
@@ -56,21 +73,34 @@ pub enum WaitOutcome {
     GiveUp,
 }
 
-/// A held fill lease, given back with [`SharedTier::release`] (or left to expire).
+/// A held fill lease, kept alive in the background until it is given back with
+/// [`SharedTier::release`]. Dropped instead, it stops being renewed and is given back in
+/// the background (or, should that fail, expires within one TTL).
 #[derive(Debug)]
 pub struct Lease {
+    /// Stops the renewal task, sent to or dropped; the task then gives the lease back.
+    stop: Option<oneshot::Sender<()>>,
+    /// The renewal task, awaited by [`SharedTier::release`].
+    renewal: Option<JoinHandle<()>>,
+}
+
+/// Which lease a renewal task keeps alive, and for how long each time.
+struct Held {
     key: String,
     token: String,
+    ttl_ms: u64,
 }
 
 impl SharedTier {
     /// Looks `key` up and, on a miss, tries to take its fill lease for `lease_ttl`, in one
-    /// round trip (plus the chunk reads of a hit).
+    /// round trip (plus the chunk reads of a hit). An entry outside `limits` (too big, or
+    /// older than this instance's `max_ttl`) is no help: [`LeaseOutcome::Skip`]. A lease
+    /// taken is renewed every third of `lease_ttl` until released (see [`Lease`]).
     pub async fn lookup_or_lease(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         lease_ttl: Duration,
-        max_bytes: u64,
+        limits: EntryLimits,
     ) -> LeaseOutcome {
         let keys = Keys::new(key);
         let token = self.unique_id();
@@ -91,7 +121,7 @@ impl SharedTier {
             .await;
         let (outcome, lookup) = match answer {
             Ok(Value::BulkString(meta)) => {
-                let found = self.read_entry(&keys, &meta, max_bytes).await;
+                let found = self.read_entry(&keys, &meta, limits).await;
                 self.count_lookup(&found);
                 return match found {
                     Ok(Some(entry)) => LeaseOutcome::Found(entry),
@@ -100,11 +130,15 @@ impl SharedTier {
             }
             Ok(Value::Int(1)) => {
                 self.metrics.lease(SharedLease::Acquired);
-                let lease = Lease {
+                let held = Held {
                     key: keys.lease,
                     token,
+                    ttl_ms,
                 };
-                (LeaseOutcome::Acquired(lease), SharedLookup::Miss)
+                (
+                    LeaseOutcome::Acquired(self.keep_alive(held)),
+                    SharedLookup::Miss,
+                )
             }
             Ok(Value::Int(0)) => {
                 self.metrics.lease(SharedLease::Held);
@@ -130,11 +164,13 @@ impl SharedTier {
 
     /// Waits for the entry of `key` that another instance is fetching, polling every
     /// [`SharedTierConfig::poll_interval`](super::SharedTierConfig::poll_interval) until it
-    /// appears, the lease is given back or expires, or `until`.
+    /// appears, the lease is given back or expires, or `until`. The holder renews its lease
+    /// while it fetches, so `until` is an overall bound (the proxy's `total_timeout`), not
+    /// a guess of how long a fetch takes.
     pub async fn wait(
         &self,
         key: &str,
-        max_bytes: u64,
+        limits: EntryLimits,
         until: tokio::time::Instant,
     ) -> WaitOutcome {
         let keys = Keys::new(key);
@@ -158,7 +194,7 @@ impl SharedTier {
                 .await;
             match polled {
                 Ok((Some(meta), _)) => {
-                    return match self.read_entry(&keys, &meta, max_bytes).await {
+                    return match self.read_entry(&keys, &meta, limits).await {
                         Ok(Some(entry)) => WaitOutcome::Found(entry),
                         _ => WaitOutcome::GiveUp,
                     };
@@ -170,16 +206,83 @@ impl SharedTier {
         }
     }
 
-    /// Gives a lease back (only if still ours), so that waiting instances stop waiting.
-    pub async fn release(&self, lease: Lease) {
+    /// Gives a lease back (only if still ours), so that waiting instances stop waiting:
+    /// stops its renewal and returns once the lease is deleted (or that failed).
+    pub async fn release(&self, mut lease: Lease) {
+        if let Some(stop) = lease.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(renewal) = lease.renewal.take() {
+            // The task gives the lease back on its way out; a panic in it has been
+            // reported by tokio already, and the lease then expires within one TTL.
+            let _ = renewal.await;
+        }
+    }
+
+    /// Starts the task that renews `held` every third of its TTL until told to stop (or
+    /// its [`Lease`] is dropped), then gives it back.
+    fn keep_alive(self: &Arc<Self>, held: Held) -> Lease {
+        let (stop, mut stopped) = oneshot::channel();
+        let tier = self.clone();
+        let every = Duration::from_millis((held.ttl_ms / 3).max(1));
+        let renewal = tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            // After a stall (a slow Redis), renew once, not in a burst.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    // Sent to or dropped: either way the fill is done with the lease.
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {}
+                }
+                match tier.renew(&held).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Expired (Redis unreachable for a whole TTL) and perhaps taken by
+                        // another instance, which now fetches too: nothing left to keep.
+                        debug!("shared cache: fill lease lost before the fill ended");
+                        return;
+                    }
+                    // Redis failing or resting: try again at the next tick, while the lease
+                    // still has up to two thirds of its TTL left.
+                    Err(_) => {}
+                }
+            }
+            tier.give_back(&held).await;
+        });
+        Lease {
+            stop: Some(stop),
+            renewal: Some(renewal),
+        }
+    }
+
+    /// Extends `held` to a full TTL if it is still ours: `Ok(false)` when it is not.
+    async fn renew(&self, held: &Held) -> Result<bool, OpError> {
+        let mut connection = self.connection.clone();
+        self.run(SharedOp::Lease, async {
+            redis::cmd("EVAL")
+                .arg(RENEW)
+                .arg(1)
+                .arg(&held.key)
+                .arg(&held.token)
+                .arg(held.ttl_ms)
+                .query_async::<i64>(&mut connection)
+                .await
+        })
+        .await
+        .map(|extended| extended == 1)
+    }
+
+    /// Deletes `held` if it is still ours.
+    async fn give_back(&self, held: &Held) {
         let mut connection = self.connection.clone();
         let _ = self
             .run(SharedOp::Release, async {
                 redis::cmd("EVAL")
                     .arg(RELEASE)
                     .arg(1)
-                    .arg(&lease.key)
-                    .arg(&lease.token)
+                    .arg(&held.key)
+                    .arg(&held.token)
                     .query_async::<i64>(&mut connection)
                     .await
             })

@@ -7,6 +7,13 @@
 //! [`SharedTierConfig::rest_after_failure`] (1 s) further operations are skipped at once
 //! (counted as `skipped`) instead of each paying the timeout. After the rest the next
 //! operation tries again; the redis crate's `ConnectionManager` reconnects underneath.
+//! Failures are also logged (`failures.rs`): a warning at the first, then at most one every
+//! [`FAILURE_WARN_EVERY`] with the count since the last, and a line when the tier works
+//! again, so that a tier that never works (a wrong URL or database) is not silent.
+//!
+//! An entry read from Redis is fresh for the writer's TTL, but never longer than the
+//! reader's own `max_ttl` ([`EntryLimits`]) from the time it was stored: instances with
+//! different `max_ttl`s each keep their own bound, as their memory tiers do.
 //!
 //! Layout of one entry under cache key `K` (the `{K}` hash tag keeps an entry's keys in one
 //! cluster slot):
@@ -24,6 +31,7 @@
 //! Deciding what is cacheable, and serving, stay with the proxy.
 
 mod codec;
+mod failures;
 mod lease;
 
 use std::collections::hash_map::RandomState;
@@ -36,13 +44,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Value};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 use wharf_metrics::shared::{
     SharedCacheMetrics, SharedFailure, SharedLookup, SharedOp, SharedWrite,
 };
 
 use crate::entry::{CachedResponse, ResponseHead};
 use codec::{unix_ms, Meta};
+pub use failures::FAILURE_WARN_EVERY;
+use failures::{FailureLog, Recovered};
 pub use lease::{Lease, LeaseOutcome, WaitOutcome};
 
 /// Default bound of one Redis round trip.
@@ -82,11 +92,21 @@ impl SharedTierConfig {
     }
 }
 
+/// What this instance accepts from the shared tier, whoever wrote the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryLimits {
+    /// Largest body, in bytes (the proxy's `max_object_bytes`); a bigger entry is a miss.
+    pub max_bytes: u64,
+    /// Longest freshness from the entry's store time (the proxy's `max_ttl`): an entry is
+    /// served for the lesser of its writer's TTL and this, and is a miss once it is older.
+    pub max_ttl: Duration,
+}
+
 /// The shared tier could not be set up (a bad URL; an unreachable Redis is not an error).
 #[derive(Debug, thiserror::Error)]
 #[error("shared cache {url:?}: {source}")]
 pub struct SharedTierError {
-    /// The URL as configured.
+    /// The URL as configured, without its password.
     pub url: String,
     /// What the redis crate said.
     pub source: RedisError,
@@ -106,6 +126,8 @@ enum OpError {
 pub struct SharedTier {
     connection: ConnectionManager,
     config: SharedTierConfig,
+    /// `config.url` without its password, for logs.
+    url_for_logs: String,
     metrics: SharedCacheMetrics,
     /// Time origin of `rest_until_ms`.
     clock: Instant,
@@ -115,12 +137,15 @@ pub struct SharedTier {
     random: RandomState,
     /// Makes every token distinct even if the hasher repeats.
     sequence: AtomicU64,
+    /// Guards the rate of failure warnings (see `failures.rs`).
+    failures: FailureLog,
 }
 
 impl std::fmt::Debug for SharedTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedTier")
-            .field("config", &self.config)
+            .field("url", &self.url_for_logs)
+            .field("op_timeout", &self.config.op_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -133,8 +158,9 @@ impl SharedTier {
         config: SharedTierConfig,
         metrics: SharedCacheMetrics,
     ) -> Result<Arc<Self>, SharedTierError> {
+        let url_for_logs = failures::without_password(&config.url);
         let error = |source| SharedTierError {
-            url: config.url.clone(),
+            url: url_for_logs.clone(),
             source,
         };
         let client = redis::Client::open(config.url.as_str()).map_err(error)?;
@@ -151,11 +177,13 @@ impl SharedTier {
         Ok(Arc::new(Self {
             connection,
             config,
+            url_for_logs,
             metrics,
             clock: Instant::now(),
             rest_until_ms: AtomicU64::new(0),
             random: RandomState::new(),
             sequence: AtomicU64::new(0),
+            failures: FailureLog::default(),
         }))
     }
 
@@ -164,8 +192,8 @@ impl SharedTier {
         &self.config
     }
 
-    /// Looks `key` up; `None` on a miss, an entry over `max_bytes`, or any failure.
-    pub async fn get(&self, key: &str, max_bytes: u64) -> Option<CachedResponse> {
+    /// Looks `key` up; `None` on a miss, an entry outside `limits`, or any failure.
+    pub async fn get(&self, key: &str, limits: EntryLimits) -> Option<CachedResponse> {
         let keys = Keys::new(key);
         let mut connection = self.connection.clone();
         let meta = self
@@ -177,7 +205,7 @@ impl SharedTier {
             })
             .await;
         let found = match meta {
-            Ok(Some(meta)) => self.read_entry(&keys, &meta, max_bytes).await,
+            Ok(Some(meta)) => self.read_entry(&keys, &meta, limits).await,
             Ok(None) => Ok(None),
             Err(error) => Err(error),
         };
@@ -256,19 +284,25 @@ impl SharedTier {
     }
 
     /// Reads the chunks a meta value names. `Ok(None)`: the entry is unusable (garbled,
-    /// expired, over `max_bytes`, a chunk missing).
+    /// expired for the writer or for this reader's `max_ttl`, over `max_bytes`, a chunk
+    /// missing).
     async fn read_entry(
         &self,
         keys: &Keys,
         meta: &[u8],
-        max_bytes: u64,
+        limits: EntryLimits,
     ) -> Result<Option<CachedResponse>, OpError> {
         let Some(meta) = Meta::decode(meta) else {
             debug!("shared cache: unreadable meta value, treated as a miss");
             return Ok(None);
         };
         let now_ms = unix_ms();
-        if meta.remaining(now_ms).is_zero() || meta.body_len > max_bytes {
+        // The writer capped its TTL with its own max_ttl; this reader's may be shorter.
+        // Measured from the store time, like the memory tier's, so the entry and its
+        // promoted memory copy stop being served once they are older than either.
+        let ttl = Duration::from_millis(meta.ttl_ms).min(limits.max_ttl);
+        let age = meta.age(now_ms);
+        if meta.remaining(now_ms).is_zero() || age >= ttl || meta.body_len > limits.max_bytes {
             return Ok(None);
         }
         let count = usize::try_from(meta.chunks).unwrap_or(usize::MAX);
@@ -308,13 +342,13 @@ impl SharedTier {
             headers: meta.headers.clone(),
         });
         let now = Instant::now();
-        let stored_at = now.checked_sub(meta.age(now_ms)).unwrap_or(now);
-        Ok(Some(CachedResponse::new(
-            head,
-            body,
-            stored_at,
-            Duration::from_millis(meta.ttl_ms),
-        )))
+        // An age this process's clock cannot go back to (just started): count from now,
+        // shortening the lifetime by that age so the entry still expires on time.
+        let (stored_at, ttl) = match now.checked_sub(age) {
+            Some(stored_at) => (stored_at, ttl),
+            None => (now, ttl.saturating_sub(age)),
+        };
+        Ok(Some(CachedResponse::new(head, body, stored_at, ttl)))
     }
 
     /// Runs one Redis round trip within the op timeout, with its latency and failure counted.
@@ -332,29 +366,58 @@ impl SharedTier {
         match outcome {
             Ok(Ok(value)) => {
                 self.metrics.op(op, seconds, None);
+                if let Some(recovered) = self.failures.success() {
+                    self.log_recovery(recovered);
+                }
                 Ok(value)
             }
             Ok(Err(error)) => {
-                debug!(op = op.as_str(), error = %error, "shared cache operation failed; tier skipped");
                 let failure = if error.is_timeout() {
                     SharedFailure::Timeout
                 } else {
                     SharedFailure::Error
                 };
                 self.metrics.op(op, seconds, Some(failure));
+                self.log_failure(op, &error);
                 self.rest();
                 Err(OpError::Failed)
             }
             Err(_elapsed) => {
-                debug!(
-                    op = op.as_str(),
-                    "shared cache operation timed out; tier skipped"
-                );
                 self.metrics.op(op, seconds, Some(SharedFailure::Timeout));
+                let error = format!("no answer within {:?}", self.config.op_timeout);
+                self.log_failure(op, &error);
                 self.rest();
                 Err(OpError::Failed)
             }
         }
+    }
+
+    /// Logs a failed operation: every one at debug, and a warning when [`FailureLog`] says
+    /// one is due (the first failure, then at most one every [`FAILURE_WARN_EVERY`]).
+    fn log_failure(&self, op: SharedOp, error: &dyn std::fmt::Display) {
+        debug!(
+            url = %self.url_for_logs,
+            op = op.as_str(),
+            error = %error,
+            "shared cache operation failed; tier skipped"
+        );
+        if let Some(failures) = self.failures.failure(Instant::now()) {
+            warn!(
+                url = %self.url_for_logs,
+                op = op.as_str(),
+                error = %error,
+                failures,
+                "shared cache failing; tier skipped until it answers"
+            );
+        }
+    }
+
+    fn log_recovery(&self, recovered: Recovered) {
+        info!(
+            url = %self.url_for_logs,
+            failures = recovered.unreported,
+            "shared cache answers again"
+        );
     }
 
     fn now_ms(&self) -> u64 {

@@ -31,7 +31,19 @@ fn tier(metrics: &Metrics, url: &str) -> Arc<SharedTier> {
     SharedTier::new(SharedTierConfig::new(url), metrics.shared_cache("t")).unwrap()
 }
 
+/// Entries up to `max_bytes`, with a `max_ttl` longer than any test's TTL.
+fn limits(max_bytes: u64) -> EntryLimits {
+    EntryLimits {
+        max_bytes,
+        max_ttl: Duration::from_secs(3600),
+    }
+}
+
 fn entry(body: Vec<Bytes>, ttl: Duration) -> CachedResponse {
+    entry_stored(body, Instant::now(), ttl)
+}
+
+fn entry_stored(body: Vec<Bytes>, stored_at: Instant, ttl: Duration) -> CachedResponse {
     let mut headers = HeaderMap::new();
     headers.insert(
         "content-type",
@@ -42,7 +54,7 @@ fn entry(body: Vec<Bytes>, ttl: Duration) -> CachedResponse {
         status: StatusCode::OK,
         headers,
     });
-    CachedResponse::new(head, body, Instant::now(), ttl)
+    CachedResponse::new(head, body, stored_at, ttl)
 }
 
 fn body_of(entry: &CachedResponse) -> Vec<u8> {
@@ -84,13 +96,19 @@ async fn a_multi_chunk_body_round_trips_byte_for_byte() {
     let pieces: Vec<Bytes> = whole.chunks(16_000).map(Bytes::copy_from_slice).collect();
     tier.put(&key, &entry(pieces, Duration::from_secs(30)))
         .await;
-    let found = tier.get(&key, 64 << 20).await.expect("entry stored");
+    let found = tier
+        .get(&key, limits(64 << 20))
+        .await
+        .expect("entry stored");
     // Stored as five 256 KiB values; read back, the entry is one compact buffer.
     assert_eq!(found.body_len, whole.len() as u64);
     assert_eq!(body_of(&found), whole);
     assert_eq!(found.head.headers["etag"], "\"e\"");
     assert!(found.expires_at > Instant::now() + Duration::from_secs(25));
-    assert!(tier.get(&key, 1000).await.is_none(), "over max_bytes");
+    assert!(
+        tier.get(&key, limits(1000)).await.is_none(),
+        "over max_bytes"
+    );
     let text = metrics.encode();
     assert!(
         text.contains("wharf_shared_cache_requests_total{service=\"t\",result=\"hit\"} 1"),
@@ -112,22 +130,22 @@ async fn the_lease_makes_one_fetcher_and_waiters_see_its_entry_or_its_release() 
     let b = tier(&metrics, REDIS);
     let key = unique("lease");
     let ttl = Duration::from_secs(5);
-    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, ttl, 1 << 20).await else {
+    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, ttl, limits(1 << 20)).await else {
         panic!("first instance takes the lease");
     };
     assert!(matches!(
-        b.lookup_or_lease(&key, ttl, 1 << 20).await,
+        b.lookup_or_lease(&key, ttl, limits(1 << 20)).await,
         LeaseOutcome::Held
     ));
     // Given back without an entry: the waiter is told at its next poll.
     a.release(lease).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(2);
     assert!(matches!(
-        b.wait(&key, 1 << 20, until).await,
+        b.wait(&key, limits(1 << 20), until).await,
         WaitOutcome::LeaseFree
     ));
     // Taken again; the entry arrives while the other waits.
-    let LeaseOutcome::Acquired(lease) = b.lookup_or_lease(&key, ttl, 1 << 20).await else {
+    let LeaseOutcome::Acquired(lease) = b.lookup_or_lease(&key, ttl, limits(1 << 20)).await else {
         panic!("free lease is taken");
     };
     let writer = {
@@ -141,15 +159,122 @@ async fn the_lease_makes_one_fetcher_and_waiters_see_its_entry_or_its_release() 
         })
     };
     let until = tokio::time::Instant::now() + Duration::from_secs(2);
-    match a.wait(&key, 1 << 20, until).await {
+    match a.wait(&key, limits(1 << 20), until).await {
         WaitOutcome::Found(found) => assert_eq!(body_of(&found), b"shared"),
         other => panic!("expected the entry, got {other:?}"),
     }
     writer.await.unwrap();
     assert!(matches!(
-        a.lookup_or_lease(&key, ttl, 1 << 20).await,
+        a.lookup_or_lease(&key, ttl, limits(1 << 20)).await,
         LeaseOutcome::Found(_)
     ));
+}
+
+#[tokio::test]
+async fn a_lease_is_renewed_while_its_holder_lives_and_expires_within_a_ttl_once_it_dies() {
+    if !redis_is_up().await {
+        return;
+    }
+    let key = unique("renew");
+    let ttl = Duration::from_millis(500);
+    let holder_lives = Duration::from_millis(1500);
+    // The holder runs on a runtime of its own, dropped while it still holds the lease: its
+    // renewal task dies with it and never gives the lease back, as when a process dies.
+    let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+    let holder = {
+        let key = key.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let lease = runtime.block_on(async {
+                let metrics = Metrics::new();
+                let a = tier(&metrics, REDIS);
+                let LeaseOutcome::Acquired(lease) =
+                    a.lookup_or_lease(&key, ttl, limits(1 << 20)).await
+                else {
+                    panic!("the holder takes the lease");
+                };
+                taken_tx.send(()).unwrap();
+                // Fetching, for three TTLs.
+                tokio::time::sleep(holder_lives).await;
+                lease
+            });
+            drop(runtime);
+            drop(lease);
+        })
+    };
+    tokio::task::spawn_blocking(move || taken_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let taken = Instant::now();
+    let metrics = Metrics::new();
+    let b = tier(&metrics, REDIS);
+    assert!(matches!(
+        b.lookup_or_lease(&key, ttl, limits(1 << 20)).await,
+        LeaseOutcome::Held
+    ));
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let outcome = b.wait(&key, limits(1 << 20), until).await;
+    let waited = taken.elapsed();
+    holder.join().unwrap();
+    assert!(matches!(outcome, WaitOutcome::LeaseFree), "{outcome:?}");
+    assert!(
+        waited >= holder_lives - Duration::from_millis(100),
+        "the lease outlived its {ttl:?} TTL while renewed: free after {waited:?}"
+    );
+    assert!(
+        waited < holder_lives + ttl + Duration::from_millis(400),
+        "a dead holder's lease expires within one TTL: free after {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_entry_is_fresh_for_no_longer_than_the_readers_max_ttl() {
+    if !redis_is_up().await {
+        return;
+    }
+    let metrics = Metrics::new();
+    let tier = tier(&metrics, REDIS);
+    let key = unique("max_ttl");
+    // Stored 3 s ago by a writer whose TTL is 30 s.
+    let stored_at = Instant::now() - Duration::from_secs(3);
+    let body = vec![Bytes::from_static(b"capped")];
+    tier.put(
+        &key,
+        &entry_stored(body, stored_at, Duration::from_secs(30)),
+    )
+    .await;
+    let reader = |max_ttl: u64| EntryLimits {
+        max_bytes: 1 << 20,
+        max_ttl: Duration::from_secs(max_ttl),
+    };
+    assert!(
+        tier.get(&key, reader(2)).await.is_none(),
+        "older than the reader's max_ttl: a miss"
+    );
+    assert!(matches!(
+        tier.lookup_or_lease(&key, Duration::from_secs(1), reader(2))
+            .await,
+        LeaseOutcome::Skip
+    ));
+    // Fresh for this reader for 10 s from the store time, 7 s from now, not 27 s.
+    let found = tier.get(&key, reader(10)).await.expect("fresh for 10 s");
+    let left = found.expires_at.saturating_duration_since(Instant::now());
+    assert!(
+        left > Duration::from_secs(6) && left <= Duration::from_millis(7_050),
+        "{left:?}"
+    );
+    assert_eq!(found.age_secs(Instant::now()), 3);
+    // A reader allowing more keeps the writer's TTL.
+    let found = tier.get(&key, limits(1 << 20)).await.expect("writer's TTL");
+    let left = found.expires_at.saturating_duration_since(Instant::now());
+    assert!(
+        left > Duration::from_secs(26) && left <= Duration::from_millis(27_050),
+        "{left:?}"
+    );
 }
 
 #[tokio::test]
@@ -158,11 +283,11 @@ async fn a_dead_redis_costs_at_most_one_timeout_then_is_skipped() {
     let metrics = Metrics::new();
     let tier = tier(&metrics, "redis://127.0.0.1:1");
     let started = Instant::now();
-    assert!(tier.get("k", 1 << 20).await.is_none());
+    assert!(tier.get("k", limits(1 << 20)).await.is_none());
     assert!(started.elapsed() < DEFAULT_OP_TIMEOUT + Duration::from_millis(50));
     let started = Instant::now();
     assert!(matches!(
-        tier.lookup_or_lease("k", Duration::from_secs(1), 1 << 20)
+        tier.lookup_or_lease("k", Duration::from_secs(1), limits(1 << 20))
             .await,
         LeaseOutcome::Skip
     ));
