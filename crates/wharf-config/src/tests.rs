@@ -1103,3 +1103,50 @@ fn admin_token_must_be_long_enough() {
         Some("0123456789abcdef")
     );
 }
+
+#[test]
+fn queue_services_need_streams_and_subjects_of_their_own() {
+    let text = r#"
+[services.a]
+type = "queue"
+path = "/a"
+stream = "JOBS"
+subject = "jobs.a"
+deliver = { backend = "http://127.0.0.1:1/" }
+
+[services.b]
+type = "queue"
+path = "/b"
+stream = "JOBS"
+subject = "jobs.b"
+deliver = { backend = "http://127.0.0.1:1/" }
+
+[services.c]
+type = "queue"
+path = "/c"
+stream = "OTHER"
+subject = "jobs.a"
+deliver = { backend = "http://127.0.0.1:1/", dead_letter_subject = "jobs.b.dead" }
+
+[services.d]
+type = "queue"
+path = "/d"
+stream = "D"
+subject = "jobs.d"
+deliver = { backend = "http://127.0.0.1:1/", dead_letter_subject = "jobs.b" }
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            r#"wharf.toml:12: services.b.stream: "JOBS" is already the stream of services.a (line 5), each queue service needs its own stream"#,
+            r#"wharf.toml:20: services.c.subject: "jobs.a" is already services.a.subject (line 6), each queue service needs subjects of its own"#,
+            r#"wharf.toml:21: services.c.deliver.dead_letter_subject: "jobs.b.dead" is already services.b.deliver.dead_letter_subject (line 13), each queue service needs subjects of its own"#,
+            r#"wharf.toml:28: services.d.deliver.dead_letter_subject: "jobs.b" is already services.b.subject (line 13), each queue service needs subjects of its own"#,
+        ]
+    );
+    // Distinct names pass, and so does one stream name per file.
+    ok(&text
+        .replace("stream = \"JOBS\"\nsubject = \"jobs.b\"", "stream = \"JOBS_B\"\nsubject = \"jobs.b\"")
+        .replace("subject = \"jobs.a\"\ndeliver = { backend = \"http://127.0.0.1:1/\", dead_letter_subject = \"jobs.b.dead\" }", "subject = \"jobs.c\"\ndeliver = { backend = \"http://127.0.0.1:1/\" }")
+        .replace("dead_letter_subject = \"jobs.b\"", "dead_letter_subject = \"jobs.d.dead\""));
+}

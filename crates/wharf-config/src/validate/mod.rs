@@ -42,8 +42,13 @@ pub(crate) fn validate(raw: RawConfig, text: &str, file: &str) -> Result<Config,
     let mut services = Vec::new();
     // (path or path_prefix, service name, where it was written) for the uniqueness rule.
     let mut paths: Vec<(String, String, Option<Range<usize>>)> = Vec::new();
+    // The streams and subjects of the queue services, for their uniqueness rule.
+    let mut queues = Vec::new();
     for (name, raw) in &entries {
         if let Some((service, path_span)) = service(&mut c, name, raw) {
+            if let ServiceKind::Queue(queue) = &service.kind {
+                queues.push(queue::QueueNames::new(&service.name, raw, queue));
+            }
             let path = match &service.kind {
                 ServiceKind::Proxy(p) => p.path.clone(),
                 ServiceKind::Route(r) => r.path_prefix.clone(),
@@ -54,6 +59,7 @@ pub(crate) fn validate(raw: RawConfig, text: &str, file: &str) -> Result<Config,
         }
     }
     unique_paths(&mut c, &services, &paths);
+    queue::unique_queue_names(&mut c, &queues);
 
     if c.problems.is_empty() {
         Ok(Config {

@@ -201,6 +201,103 @@ fn deliver(
     }
 }
 
+/// A queue service's stream and the subjects its stream captures, with where each was
+/// written, for [`unique_queue_names`].
+pub(super) struct QueueNames {
+    name: String,
+    stream: (String, Option<Range<usize>>),
+    /// `(subject, key, span)`: `subject` and `deliver.dead_letter_subject` (spanned at
+    /// `subject` when it is the default derived from it).
+    subjects: Vec<(String, &'static str, Option<Range<usize>>)>,
+}
+
+impl QueueNames {
+    /// The names of service `name` (validated as `queue`, written as `raw`).
+    pub(super) fn new(name: &str, raw: &RawService, queue: &QueueConfig) -> Self {
+        let span = |value: &Option<toml::Spanned<String>>| value.as_ref().map(|v| v.span());
+        let subject_span = span(&raw.subject);
+        let dead_span = raw
+            .deliver
+            .as_ref()
+            .and_then(|deliver| span(&deliver.dead_letter_subject))
+            .or_else(|| subject_span.clone());
+        Self {
+            name: name.to_owned(),
+            stream: (queue.stream.clone(), span(&raw.stream)),
+            subjects: vec![
+                (queue.subject.clone(), "subject", subject_span),
+                (
+                    queue.deliver.dead_letter_subject.clone(),
+                    "deliver.dead_letter_subject",
+                    dead_span,
+                ),
+            ],
+        }
+    }
+}
+
+/// No two queue services share a stream, nor a subject (`subject` or
+/// `deliver.dead_letter_subject`, in any combination). wharf creates each service's stream
+/// capturing its two subjects: a second service on the same stream would find it made with
+/// other subjects, and JetStream refuses two streams capturing one subject, so one of the
+/// services would answer 503 for ever. Checked whatever the `nats_url`s: one broker may be
+/// spelt two ways.
+pub(super) fn unique_queue_names(c: &mut Checker<'_>, queues: &[QueueNames]) {
+    for (i, queue) in queues.iter().enumerate() {
+        let earlier = &queues[..i];
+        let (stream, stream_span) = &queue.stream;
+        // An invalid name was reported already and left empty.
+        if let Some(first) = earlier
+            .iter()
+            .find(|other| !stream.is_empty() && other.stream.0 == *stream)
+        {
+            let at = at_line(c, &first.stream.1);
+            c.report(
+                stream_span.clone(),
+                &format!("services.{}.stream", queue.name),
+                format!(
+                    "{stream:?} is already the stream of services.{}{at}, each queue service needs its own stream",
+                    first.name
+                ),
+            );
+        }
+        for (subject, key, span) in &queue.subjects {
+            // Empty: invalid, reported already (a dead-letter subject derived from it is
+            // ".dead", never written, so never equal to a valid one).
+            if subject.is_empty() || subject.starts_with('.') {
+                continue;
+            }
+            let first = earlier.iter().find_map(|other| {
+                other
+                    .subjects
+                    .iter()
+                    .find(|(theirs, _, _)| theirs == subject)
+                    .map(|(_, their_key, their_span)| (other, their_key, their_span))
+            });
+            let Some((first, first_key, first_span)) = first else {
+                continue;
+            };
+            let at = at_line(c, first_span);
+            c.report(
+                span.clone(),
+                &format!("services.{}.{key}", queue.name),
+                format!(
+                    "{subject:?} is already services.{}.{first_key}{at}, each queue service needs subjects of its own",
+                    first.name
+                ),
+            );
+        }
+    }
+}
+
+/// `" (line N)"` for `span`, or nothing without one.
+fn at_line(c: &Checker<'_>, span: &Option<Range<usize>>) -> String {
+    match c.line(span) {
+        Some(line) => format!(" (line {line})"),
+        None => String::new(),
+    }
+}
+
 /// `nats://host[:port]`, returned normalised.
 pub(crate) fn nats_url(written: &str) -> Result<String, String> {
     let example = r#"e.g. "nats://127.0.0.1:4222""#;
