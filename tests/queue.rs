@@ -119,18 +119,40 @@ async fn publish(url: &str, body: &'static str) -> String {
 /// What the test backend saw: per message id, the bodies delivered (one per delivery).
 type Seen = Arc<Mutex<HashMap<String, Vec<Bytes>>>>;
 
+/// What the test backend saw: the `x-wharf-delivery` of each request, in order.
+type Attempts = Arc<Mutex<Vec<String>>>;
+
 /// A backend on `listener` recording deliveries; answers 500 to bodies equal to `poison`.
 fn spawn_backend(listener: TcpListener, seen: Seen, poison: &'static str) {
+    spawn_backend_counting(listener, seen, poison, Attempts::default());
+}
+
+/// [`spawn_backend`], also recording each request's `x-wharf-delivery` in `attempts`.
+fn spawn_backend_counting(
+    listener: TcpListener,
+    seen: Seen,
+    poison: &'static str,
+    attempts: Attempts,
+) {
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
             let seen = seen.clone();
+            let attempts = attempts.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let seen = seen.clone();
+                    let attempts = attempts.clone();
                     async move {
+                        let delivery = request
+                            .headers()
+                            .get("x-wharf-delivery")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned();
+                        attempts.lock().unwrap().push(delivery);
                         let id = request
                             .headers()
                             .get("x-wharf-message-id")
@@ -159,7 +181,12 @@ fn spawn_backend(listener: TcpListener, seen: Seen, poison: &'static str) {
 
 /// The value of the series `series` on the admin /metrics page (0 if absent).
 async fn metric(wharf: &RunningHost, series: &str) -> f64 {
-    let page = get(&wharf.admin_url("/metrics")).await;
+    metric_at(&wharf.admin_url("/metrics"), series).await
+}
+
+/// The value of the series `series` on the metrics page at `url` (0 if absent).
+async fn metric_at(url: &str, series: &str) -> f64 {
+    let page = get(url).await;
     String::from_utf8_lossy(page.bytes())
         .lines()
         .find(|line| line.starts_with(series))
@@ -393,4 +420,128 @@ async fn only_post_is_accepted_and_a_client_id_is_kept() {
     );
     assert_eq!(seen.lock().unwrap()["order-17"].len(), 1);
     wharf.stop().await;
+}
+
+/// A message held while its backend is down when wharf gets SIGTERM is handed back before
+/// the process exits: the next wharf delivers it at once, not after `ack_wait` (30 s here),
+/// and the time it spent held used up no attempt (`x-wharf-delivery: 1`, then 2, then the
+/// dead letter at `max_deliver = 2`).
+#[tokio::test]
+async fn a_message_held_at_sigterm_is_handed_back_at_once_with_no_attempt_used() {
+    if !nats_up("queue").await {
+        return;
+    }
+    let (stream, subject) = names("handback");
+    let _cleanup = StreamGuard {
+        stream: stream.clone(),
+    };
+    let dead_subject = format!("{subject}.dead");
+    let client = async_nats::connect(NATS).await.unwrap();
+    let mut dead_letters = client.subscribe(dead_subject.clone()).await.unwrap();
+    client.flush().await.unwrap();
+    // The backend's port, with nothing listening on it yet: connections are refused.
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    drop(backend);
+    let toml = queue_toml(
+        &stream,
+        &subject,
+        backend_addr,
+        "max_deliver = 2\nbackoff = \"100ms\"\nack_wait = \"30s\"",
+    );
+    let config = config_file("queue-handback", &format!("{}{toml}", server_table("")));
+    let first = WharfProcess::start(&config);
+    let id = publish(&first.url("/jobs"), "poison").await;
+    let metrics = format!("http://{}/metrics", first.admin);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            metric_at(
+                &metrics,
+                "wharf_queue_retried_total{service=\"jobs\",reason=\"unreachable\"}",
+            )
+            .await
+                >= 1.0
+        })
+        .await,
+        "the deliverer held the message while the backend was down"
+    );
+    first.signal("TERM");
+    let (status, logs) = first.wait().await;
+    remove_config_file(&config);
+    assert!(status.success(), "{status}\n{logs}");
+    assert!(logs.contains("queue deliverer stopped"), "{logs}");
+
+    // The backend is up (and fails this message); a new wharf takes over.
+    let seen: Seen = Arc::default();
+    let attempts = Attempts::default();
+    let listener = TcpListener::bind(backend_addr).await.unwrap();
+    spawn_backend_counting(listener, seen.clone(), "poison", attempts.clone());
+    let second = start_wharf(&toml).await;
+    assert!(
+        poll_until(Duration::from_secs(10), || async {
+            seen.lock().unwrap().contains_key(&id)
+        })
+        .await,
+        "the held message was not handed back: delivered only after ack_wait"
+    );
+    let dead = tokio::time::timeout(Duration::from_secs(10), dead_letters.next())
+        .await
+        .expect("a dead letter within 10 s")
+        .expect("subscription open");
+    let headers = dead.headers.expect("dead letter has headers");
+    let header = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(header("x-wharf-message-id").as_deref(), Some(id.as_str()));
+    assert_eq!(header("x-wharf-deliveries").as_deref(), Some("2"));
+    assert_eq!(
+        header("x-wharf-attempts-made"),
+        None,
+        "internal header leaked"
+    );
+    assert_eq!(
+        *attempts.lock().unwrap(),
+        ["1", "2"],
+        "attempts numbered from 1, the time held not counted"
+    );
+    second.stop().await;
+}
+
+/// With no broker at `nats_url`, the set-up failure is a warning naming the service and the
+/// broker's URL (without credentials), retried; publishes get 503 meanwhile.
+#[tokio::test]
+async fn an_unreachable_broker_is_a_warning_naming_the_service_and_url() {
+    let (stream, subject) = names("nobroker");
+    // A port with nothing listening on it.
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = nowhere.local_addr().unwrap().port();
+    drop(nowhere);
+    let toml = queue_toml(&stream, &subject, "127.0.0.1:9".parse().unwrap(), "")
+        .replace(NATS, &format!("nats://user:secret@127.0.0.1:{port}"))
+        .replace(
+            "[services.jobs.deliver]",
+            "publish_timeout = \"200ms\"\n\n[services.jobs.deliver]",
+        );
+    let config = config_file("queue-nobroker", &format!("{}{toml}", server_table("")));
+    let wharf = WharfProcess::start(&config);
+    // Each 503 waits publish_timeout, as long as a set-up attempt: after a few, one failed.
+    for _ in 0..4 {
+        let (status, _) = send(Method::POST, &wharf.url("/jobs"), "x").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    remove_config_file(&config);
+    assert!(status.success(), "{status}\n{logs}");
+    let failed = logs
+        .lines()
+        .find(|line| line.contains("queue set-up failed"))
+        .unwrap_or_else(|| panic!("no set-up failure logged:\n{logs}"));
+    let event: serde_json::Value = serde_json::from_str(failed).unwrap();
+    assert_eq!(event["level"], "WARN", "{failed}");
+    assert_eq!(event["fields"]["service"], "jobs", "{failed}");
+    assert_eq!(
+        event["fields"]["url"],
+        format!("nats://127.0.0.1:{port}"),
+        "{failed}"
+    );
+    assert!(!logs.contains("secret"), "credentials logged:\n{logs}");
 }

@@ -90,7 +90,15 @@ pub(crate) async fn run(
     let preconnect = preconnect(&builder, &catalogue).await;
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
-    let shutdown = shutdown_signal();
+    let signalled = Arc::new(std::sync::OnceLock::new());
+    let shutdown = {
+        let signal = shutdown_signal();
+        let signalled = signalled.clone();
+        async move {
+            signal.await;
+            let _ = signalled.set(Instant::now());
+        }
+    };
     let reloader = path.map(|path| {
         let reloader = ConfigReloader::new(path, &config, catalogue, host.reloader(), overrides);
         host.on_reload(reloader.hook());
@@ -123,7 +131,35 @@ pub(crate) async fn run(
             "shutdown_timeout reached; calls cut"
         );
     }
+    let drain_took = signalled.get().map_or(Duration::ZERO, Instant::elapsed);
+    stop_queue_deliverers(config.server.shutdown_timeout.saturating_sub(drain_took)).await;
     Ok(())
+}
+
+/// Least time given to queue deliverers at exit, even when the drain used all of
+/// `shutdown_timeout`: enough for a held message's hand-back (two broker round trips).
+const QUEUE_STOP_MIN: Duration = Duration::from_secs(2);
+
+/// Stops the queue services' deliverers once the host has drained, and waits for them
+/// (what is left of `shutdown_timeout`, at least [`QUEUE_STOP_MIN`]): the runtime ends when
+/// `serve` returns, and a message held for a backend that is down must be handed back to
+/// the broker before, or the next wharf waits `ack_wait` for it.
+async fn stop_queue_deliverers(left: Duration) {
+    let within = left.max(QUEUE_STOP_MIN);
+    let started = Instant::now();
+    let running = wharf_queue::stop_deliverers(within).await;
+    if running == 0 {
+        tracing::debug!(
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            "queue deliverers stopped"
+        );
+    } else {
+        tracing::warn!(
+            running,
+            ?within,
+            "queue deliverers still running at exit; their messages come back after ack_wait"
+        );
+    }
 }
 
 /// Opens the connections the services open ahead (`preconnect`, `preconnect_origins`) on

@@ -7,9 +7,10 @@ use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsum
 use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use async_nats::Client;
-use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use wharf_config::QueueConfig;
+
+use crate::stop::Stop;
 
 /// Longest pause between two attempts to set the stream and consumer up.
 const MAX_SETUP_PAUSE: Duration = Duration::from_secs(5);
@@ -26,14 +27,43 @@ pub(crate) fn consumer_name(service: &str) -> String {
     format!("wharf_{service}")
 }
 
+/// `url` without credentials (`nats://user:pass@host` → `nats://host`), for logs.
+pub(crate) fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("{scheme}://{host}")
+        }
+        None => url
+            .rsplit_once('@')
+            .map_or(url, |(_, host)| host)
+            .to_owned(),
+    }
+}
+
 /// Connects (in the background: an unreachable broker is not an error, the client keeps
 /// trying) and builds the JetStream context.
 pub(crate) async fn connect(
     service: &str,
     config: &QueueConfig,
 ) -> Result<Ready, async_nats::ConnectError> {
+    let (service_name, url) = (service.to_owned(), redacted(&config.nats_url));
     let client = async_nats::ConnectOptions::new()
         .name(format!("wharf {service}"))
+        // The client's own events name neither the service nor the broker; a failed
+        // (re)connect repeats every few seconds, and the set-up warning covers it.
+        .event_callback(move |event| {
+            let (service, url) = (service_name.clone(), url.clone());
+            async move {
+                match event {
+                    async_nats::Event::Connected => info!(service, url, "queue broker connected"),
+                    async_nats::Event::Disconnected => {
+                        warn!(service, url, "queue broker disconnected; reconnecting")
+                    }
+                    event => debug!(service, url, event = %event, "queue broker client event"),
+                }
+            }
+        })
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(2))
         .request_timeout(Some(config.publish_timeout))
@@ -54,7 +84,7 @@ pub(crate) async fn set_up(
     ready: &Ready,
     service: &str,
     config: &QueueConfig,
-    stop: &mut watch::Receiver<()>,
+    stop: &mut Stop,
 ) -> Option<PullConsumer> {
     let mut pause = Duration::from_millis(100);
     loop {
@@ -69,12 +99,18 @@ pub(crate) async fn set_up(
                 return Some(consumer);
             }
             Err(error) => {
-                warn!(service, stream = config.stream, error = %error, "queue set-up failed; retrying");
+                warn!(
+                    service,
+                    url = redacted(&config.nats_url),
+                    stream = config.stream,
+                    error = %error,
+                    "queue set-up failed; retrying"
+                );
             }
         }
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
-            () = crate::deliver::stopped(stop) => return None,
+            () = stop.stopped() => return None,
         }
         pause = (pause * 2).min(MAX_SETUP_PAUSE);
     }
@@ -125,5 +161,17 @@ async fn try_set_up(
             warn!(service, consumer = name, error = %error, "consumer not updated; using it as it is");
             Ok(stream.get_consumer(&name).await?)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_logged_without_credentials() {
+        assert_eq!(redacted("nats://u:p@h:4222"), "nats://h:4222");
+        assert_eq!(redacted("nats://tok@h"), "nats://h");
+        assert_eq!(redacted("nats://h:4222"), "nats://h:4222");
     }
 }

@@ -2,22 +2,30 @@
 //! time, POSTs each to the backend, and records the outcome with the broker.
 //!
 //! - 2xx: acknowledged (and the acknowledgement confirmed), counted as delivered.
-//! - another status, or no answer within `ack_wait`: an attempt used up. Before
-//!   `max_deliver` attempts the message is nak'd with a delay of `backoff` doubling per
-//!   attempt (at most [`MAX_BACKOFF`]); at `max_deliver` it is published to the dead-letter
-//!   subject with the reason, then terminated.
+//! - another status, no answer within `ack_wait`, or a request that failed after
+//!   connecting: an attempt used up. Before `max_deliver` attempts the message is nak'd with
+//!   a delay of `backoff` doubling per attempt (at most [`MAX_BACKOFF`]); at `max_deliver` it
+//!   is published to the dead-letter subject with the reason, then terminated.
 //! - could not connect: the backend is down, which is not the message's fault. The message is
-//!   held (kept ours with in-progress acks) and tried again after `backoff`, doubling up to
-//!   [`MAX_HOLD`], until the backend is back; the other messages wait in the stream, since
-//!   every delivery slot is taken by a held one.
+//!   held (kept ours with in-progress acks, so the broker does not count a delivery) and
+//!   tried again after `backoff`, doubling up to [`MAX_HOLD`], until the backend is back; the
+//!   other messages wait in the stream, since every delivery slot is taken by a held one.
 //!
-//! Attempts are counted by the broker (a message's delivery count), so they survive a
-//! restart. When the service stops, held messages are nak'd at once, so the next deliverer
-//! gets them without waiting for `ack_wait`.
+//! Attempts are counted durably, with the broker: the attempt number is the message's
+//! delivery count (each failed attempt is one nak, so one more delivery) plus
+//! [`ATTEMPTS_HEADER`] of the stored copy (absent: 0). A delivery that made no attempt
+//! cannot take its count back, so such a message is handed back as a fresh copy instead
+//! ([`Deliverer::hand_back`]): the copy carries the attempts made so far in
+//! [`ATTEMPTS_HEADER`], and the broker's count starts again at 1 with it. That happens to a
+//! held message when the service stops (so the next deliverer, in this process or another,
+//! gets it at once, not after `ack_wait`, and with no attempt used up) and to a message
+//! pulled beyond the free slots. A wharf killed without stopping cannot hand back: its held
+//! messages come back after `ack_wait` with one delivery counted.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::jetstream::consumer::pull::Batch;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
@@ -31,6 +39,7 @@ use wharf_metrics::queue::{QueueMetrics, RetryReason};
 
 use crate::backend::{Attempt, Backend};
 use crate::broker::Ready;
+use crate::stop::{Live, Stop};
 
 /// Longest delay between two attempts of one message.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -44,17 +53,16 @@ const PENDING_EVERY: Duration = Duration::from_secs(2);
 const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Request header carrying the message id to the backend.
 pub const MESSAGE_ID_HEADER: &str = "x-wharf-message-id";
-/// Request header carrying the attempt number (the broker's delivery count).
+/// Request header carrying the attempt number (1 for the first attempt; a delivery while the
+/// backend was down is none).
 pub const DELIVERY_HEADER: &str = "x-wharf-delivery";
+/// Stored header of a handed-back copy: the attempts made on the message before the copy
+/// was stored. Never sent to the backend; never taken from a client (`publish`).
+pub const ATTEMPTS_HEADER: &str = "x-wharf-attempts-made";
 /// Dead-letter header: why the message was given up.
 pub const DEAD_REASON_HEADER: &str = "x-wharf-dead-reason";
 /// Dead-letter header: how many deliveries were made.
 pub const DEAD_DELIVERIES_HEADER: &str = "x-wharf-deliveries";
-
-/// Waits until the service stops: its stop sender is dropped (never sent on).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<()>) {
-    while stop.changed().await.is_ok() {}
-}
 
 /// What every delivery of one queue service needs.
 pub(crate) struct Deliverer {
@@ -67,7 +75,8 @@ pub(crate) struct Deliverer {
 
 impl Deliverer {
     /// Pulls and delivers until the service stops.
-    pub(crate) async fn run(self: Arc<Self>, consumer: PullConsumer, stop: watch::Receiver<()>) {
+    pub(crate) async fn run(self: Arc<Self>, consumer: PullConsumer, stop: Stop) {
+        let _live = Live::new();
         tokio::spawn(sample_pending(
             consumer.clone(),
             self.metrics.clone(),
@@ -76,6 +85,9 @@ impl Deliverer {
         let concurrency = self.config.deliver.concurrency.max(1);
         let slots = Arc::new(Semaphore::new(concurrency));
         let mut stop_pull = stop.clone();
+        // Dropped once the last pull request has ended: deliveries hand held messages back
+        // only then (see `end_pull`).
+        let (pulling, pull_ended) = watch::channel(());
         info!(service = self.service, "queue deliverer started");
         loop {
             let first = tokio::select! {
@@ -83,7 +95,7 @@ impl Deliverer {
                     Ok(slot) => slot,
                     Err(_closed) => break,
                 },
-                () = stopped(&mut stop_pull) => break,
+                () = stop_pull.stopped() => break,
             };
             let mut batch = vec![first];
             while batch.len() < concurrency {
@@ -104,23 +116,32 @@ impl Deliverer {
                     debug!(service = self.service, error = %error, "pull failed; retrying");
                     tokio::select! {
                         () = tokio::time::sleep(PULL_EXPIRES) => continue,
-                        () = stopped(&mut stop_pull) => break,
+                        () = stop_pull.stopped() => break,
                     }
                 }
             };
             loop {
                 let next = tokio::select! {
                     next = messages.next() => next,
-                    () = stopped(&mut stop_pull) => None,
+                    () = stop_pull.stopped() => {
+                        self.end_pull(&mut messages).await;
+                        None
+                    }
                 };
                 match next {
                     Some(Ok(message)) => {
                         let Some(slot) = batch.pop() else {
-                            // More than asked for: hand it back for later.
-                            let _ = message.ack_with(AckKind::Nak(None)).await;
+                            // More than asked for: hand it back for later, unattempted.
+                            self.hand_back(&message).await;
                             continue;
                         };
-                        tokio::spawn(self.clone().deliver(message, slot, stop.clone()));
+                        let live = Live::new();
+                        tokio::spawn(self.clone().deliver(
+                            message,
+                            slot,
+                            (stop.clone(), pull_ended.clone()),
+                            live,
+                        ));
                     }
                     Some(Err(error)) => {
                         debug!(service = self.service, error = %error, "pull ended with an error");
@@ -130,7 +151,27 @@ impl Deliverer {
                 }
             }
         }
+        drop(pulling);
         info!(service = self.service, "queue deliverer stopped");
+    }
+
+    /// Waits (at most twice [`PULL_EXPIRES`]) for the open pull request to end, then hands
+    /// back what it still brought. Until it ends the broker may send it messages, also one
+    /// just handed back: dropped unread, that one would stay with this deliverer, which is
+    /// going away, until `ack_wait`.
+    async fn end_pull(&self, messages: &mut Batch) {
+        let mut arrived = Vec::new();
+        let _ = tokio::time::timeout(PULL_EXPIRES * 2, async {
+            while let Some(next) = messages.next().await {
+                if let Ok(message) = next {
+                    arrived.push(message);
+                }
+            }
+        })
+        .await;
+        for message in arrived {
+            self.hand_back(&message).await;
+        }
     }
 
     /// Delivers one message until it is acknowledged, nak'd for later, dead-lettered, or
@@ -139,22 +180,18 @@ impl Deliverer {
         self: Arc<Self>,
         message: Message,
         _slot: OwnedSemaphorePermit,
-        mut stop: watch::Receiver<()>,
+        (mut stop, mut pull_ended): (Stop, watch::Receiver<()>),
+        _live: Live,
     ) {
-        let (delivered, sequence) = match message.info() {
-            Ok(info) => (
-                u32::try_from(info.delivered).unwrap_or(1).max(1),
-                info.stream_sequence,
-            ),
-            Err(_) => (1, 0),
-        };
-        let id = message
-            .headers
-            .as_ref()
-            .and_then(|headers| headers.get(async_nats::header::NATS_MESSAGE_ID))
-            .map(|id| id.as_str().to_owned())
-            .unwrap_or_else(|| format!("seq-{sequence}"));
-        if delivered > 1 {
+        // `delivered`: the attempt this delivery makes (`x-wharf-delivery`), counted against
+        // `max_deliver`.
+        let Identity {
+            id,
+            attempt: delivered,
+            redelivered,
+            ..
+        } = identify(&message);
+        if redelivered {
             self.metrics.redelivered();
         }
         let headers = backend_headers(&message, &id, delivered);
@@ -184,8 +221,13 @@ impl Deliverer {
                         "backend unreachable; holding the message"
                     );
                     if !hold_message(&message, hold, ack_wait, &mut stop).await {
-                        // Stopping: let the next deliverer have it now.
-                        let _ = message.ack_with(AckKind::Nak(None)).await;
+                        // Stopping: let the next deliverer have it now, no attempt used;
+                        // once this deliverer's last pull request cannot take it back.
+                        let _ = tokio::time::timeout(PULL_EXPIRES * 3, async {
+                            while pull_ended.changed().await.is_ok() {}
+                        })
+                        .await;
+                        self.hand_back(&message).await;
                         return;
                     }
                     hold = (hold * 2).min(MAX_HOLD);
@@ -221,18 +263,7 @@ impl Deliverer {
     /// nothing is dropped.
     async fn dead_letter(&self, message: &Message, id: &str, delivered: u32, reason: &str) {
         let subject = self.config.deliver.dead_letter_subject.clone();
-        let mut headers = async_nats::HeaderMap::new();
-        if let Some(original) = &message.headers {
-            for (name, values) in original.iter() {
-                let name: &str = name.as_ref();
-                if name.to_ascii_lowercase().starts_with("nats-") {
-                    continue;
-                }
-                for value in values {
-                    headers.append(name, value.as_str());
-                }
-            }
-        }
+        let mut headers = call_headers(message);
         headers.insert(MESSAGE_ID_HEADER, id);
         headers.insert(DEAD_REASON_HEADER, header_safe(reason).as_str());
         headers.insert(DEAD_DELIVERIES_HEADER, delivered.to_string().as_str());
@@ -281,16 +312,94 @@ impl Deliverer {
             id, delivered, reason, subject, "message dead-lettered"
         );
     }
+
+    /// Hands `message`, which this delivery did not attempt, back to the broker without
+    /// using up an attempt: stores a copy (same body and headers) with its id in
+    /// [`MESSAGE_ID_HEADER`] and the attempts made so far in [`ATTEMPTS_HEADER`], then
+    /// acknowledges this one. Another deliverer can take the copy at once; it goes behind
+    /// the messages already in the stream. If the copy cannot be stored, the message is
+    /// nak'd instead: nothing is lost, and the next delivery counts one attempt more.
+    pub(crate) async fn hand_back(&self, message: &Message) {
+        let Identity {
+            id,
+            sequence,
+            attempt,
+            ..
+        } = identify(message);
+        let made = attempt.saturating_sub(1);
+        let mut headers = call_headers(message);
+        headers.insert(MESSAGE_ID_HEADER, id.as_str());
+        headers.insert(ATTEMPTS_HEADER, made.to_string().as_str());
+        // Not the message's own id: within the duplicate window the broker would drop the
+        // copy as a repeat of it, and the message would be lost when acknowledged below.
+        // Unique to this stored copy, and the same if handing it back is repeated.
+        let copy_id = match sequence {
+            0 => format!("{id}.{}", nuid::next()),
+            sequence => format!("{id}.{sequence}"),
+        };
+        let publish = PublishMessage::build()
+            .payload(message.payload.clone())
+            .headers(headers)
+            .message_id(copy_id);
+        let jetstream = &self.ready.jetstream;
+        let published = tokio::time::timeout(self.config.publish_timeout.min(ACK_TIMEOUT), async {
+            jetstream
+                .send_publish(self.config.subject.clone(), publish)
+                .await?
+                .await
+        })
+        .await;
+        match published {
+            // A duplicate is an earlier hand-back of this copy: stored all the same.
+            Ok(Ok(_ack)) => {
+                confirm(message, AckKind::Ack, &id).await;
+                debug!(
+                    service = self.service,
+                    id,
+                    attempts_made = made,
+                    "message handed back"
+                );
+            }
+            failed => {
+                let error = match failed {
+                    Ok(Err(error)) => error.to_string(),
+                    _ => "no acknowledgement in time".to_owned(),
+                };
+                debug!(
+                    service = self.service,
+                    id, error, "copy not stored; nak'ing the message"
+                );
+                confirm(message, AckKind::Nak(None), &id).await;
+            }
+        }
+    }
+}
+
+/// The headers stored with `message` that belong to the call (not [`internal_header`]s).
+fn call_headers(message: &Message) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    if let Some(original) = &message.headers {
+        for (name, values) in original.iter() {
+            let name: &str = name.as_ref();
+            if internal_header(name) {
+                continue;
+            }
+            for value in values {
+                headers.append(name, value.as_str());
+            }
+        }
+    }
+    headers
 }
 
 /// The headers sent to the backend: those stored with the message (not the broker's own
-/// `Nats-*`), plus the message id and the attempt number.
+/// `Nats-*` nor [`ATTEMPTS_HEADER`]), plus the message id and the attempt number.
 fn backend_headers(message: &Message, id: &str, delivered: u32) -> HeaderMap {
     let mut headers = HeaderMap::new();
     if let Some(stored) = &message.headers {
         for (name, values) in stored.iter() {
             let name: &str = name.as_ref();
-            if name.to_ascii_lowercase().starts_with("nats-") {
+            if internal_header(name) {
                 continue;
             }
             let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
@@ -308,6 +417,62 @@ fn backend_headers(message: &Message, id: &str, delivered: u32) -> HeaderMap {
     }
     headers.insert(DELIVERY_HEADER, HeaderValue::from(delivered));
     headers
+}
+
+/// Headers stored with a message that are not the call's own: the broker's `Nats-*` and
+/// [`ATTEMPTS_HEADER`].
+fn internal_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.starts_with("nats-") || name == ATTEMPTS_HEADER
+}
+
+/// Who a delivered message is and which attempt this delivery is.
+struct Identity {
+    /// The message id: the stored [`MESSAGE_ID_HEADER`] (a handed-back copy), else its
+    /// `Nats-Msg-Id`, else `seq-N` (published by something other than wharf).
+    id: String,
+    /// The stream sequence of this stored copy (0 if the broker's reply subject is not
+    /// understood).
+    sequence: u64,
+    /// The attempt this delivery makes: `attempts_made` + the broker's delivery count.
+    attempt: u32,
+    /// Whether the broker delivered this copy before.
+    redelivered: bool,
+}
+
+fn identify(message: &Message) -> Identity {
+    let (delivered, sequence) = match message.info() {
+        Ok(info) => (
+            u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
+            info.stream_sequence,
+        ),
+        Err(_) => (1, 0),
+    };
+    let id = stored_header(message, MESSAGE_ID_HEADER)
+        .or_else(|| stored_header(message, async_nats::header::NATS_MESSAGE_ID))
+        .unwrap_or_else(|| format!("seq-{sequence}"));
+    // Written by wharf only (`publish` never stores it from a client); unreadable: 0.
+    let attempts_made = stored_header(message, ATTEMPTS_HEADER)
+        .and_then(|made| made.parse::<u32>().ok())
+        .unwrap_or(0);
+    Identity {
+        id,
+        sequence,
+        attempt: attempts_made.saturating_add(delivered),
+        redelivered: delivered > 1,
+    }
+}
+
+/// The value of header `name` stored with `message`.
+fn stored_header(
+    message: &Message,
+    name: impl async_nats::header::IntoHeaderName,
+) -> Option<String> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|headers| headers.get(name))
+        .map(|value| value.as_str().to_owned())
 }
 
 /// `backoff` doubled for each attempt after the first, at most [`MAX_BACKOFF`].
@@ -341,7 +506,7 @@ async fn hold_message(
     message: &Message,
     pause: Duration,
     ack_wait: Duration,
-    stop: &mut watch::Receiver<()>,
+    stop: &mut Stop,
 ) -> bool {
     let until = tokio::time::Instant::now() + pause;
     let slice = (ack_wait / 2).max(Duration::from_millis(100));
@@ -353,7 +518,7 @@ async fn hold_message(
         }
         tokio::select! {
             () = tokio::time::sleep_until(until.min(now + slice)) => {}
-            () = stopped(stop) => return false,
+            () = stop.stopped() => return false,
         }
     }
 }
@@ -387,11 +552,7 @@ fn header_safe(reason: &str) -> String {
 
 /// Samples `wharf_queue_pending` (not yet delivered + delivered but not yet acknowledged)
 /// from the consumer's info until the service stops.
-async fn sample_pending(
-    mut consumer: PullConsumer,
-    metrics: QueueMetrics,
-    mut stop: watch::Receiver<()>,
-) {
+async fn sample_pending(mut consumer: PullConsumer, metrics: QueueMetrics, mut stop: Stop) {
     loop {
         if let Ok(Ok(info)) = tokio::time::timeout(PENDING_EVERY, consumer.info()).await {
             let pending = info
@@ -401,7 +562,7 @@ async fn sample_pending(
         }
         tokio::select! {
             () = tokio::time::sleep(PENDING_EVERY) => {}
-            () = stopped(&mut stop) => return,
+            () = stop.stopped() => return,
         }
     }
 }

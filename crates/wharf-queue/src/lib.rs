@@ -12,8 +12,9 @@
 //!   the JetStream API of nats-server 2.9.
 //!
 //! The service starts connecting when it is built and stops its deliverer when it is
-//! dropped (the host stopped, or a reload replaced it). Delivery is at least once: a
-//! message whose outcome was not recorded is delivered again, with the same id.
+//! dropped (a reload replaced it) or when the process ends ([`stop_deliverers`], after the
+//! host has drained). Delivery is at least once: a message whose outcome was not recorded
+//! is delivered again, with the same id.
 //! Listeners, bulkheads and call counters come from `wharf-host`.
 
 mod backend;
@@ -21,6 +22,7 @@ mod broker;
 pub mod deliver;
 pub mod error;
 mod publish;
+mod stop;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,11 +37,13 @@ use wharf_metrics::queue::QueueMetrics;
 use wharf_metrics::Metrics;
 
 pub use error::QueueError;
+pub use stop::stop_deliverers;
 
 use crate::backend::Backend;
 use crate::broker::Ready;
-use crate::deliver::{stopped, Deliverer};
+use crate::deliver::Deliverer;
 use crate::publish::ReadyState;
+use crate::stop::Stop;
 
 /// A `queue` service: the publish endpoint and, in the background, its deliverer.
 #[derive(Clone)]
@@ -75,7 +79,7 @@ impl QueueService {
                 backend,
                 queue_metrics.clone(),
                 ready_tx,
-                stop_rx,
+                Stop::new(stop_rx),
             )
             .instrument(span),
         );
@@ -133,18 +137,18 @@ async fn start(
     backend: Backend,
     metrics: QueueMetrics,
     ready_tx: watch::Sender<Option<Ready>>,
-    mut stop: watch::Receiver<()>,
+    mut stop: Stop,
 ) {
     let ready = tokio::select! {
         connected = broker::connect(&name, &config) => match connected {
             Ok(ready) => ready,
             Err(error) => {
                 // Only a URL the client cannot use gets here (the config validated it).
-                error!(error = %error, url = config.nats_url, "queue cannot connect; publishes get 503");
+                error!(error = %error, url = broker::redacted(&config.nats_url), "queue cannot connect; publishes get 503");
                 return;
             }
         },
-        () = stopped(&mut stop) => return,
+        () = stop.stopped() => return,
     };
     let Some(consumer) = broker::set_up(&ready, &name, &config, &mut stop).await else {
         return;
