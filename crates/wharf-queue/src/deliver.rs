@@ -15,7 +15,7 @@
 //! delivery count (each failed attempt is one nak, so one more delivery) plus
 //! [`ATTEMPTS_HEADER`] of the stored copy (absent: 0). A delivery that made no attempt
 //! cannot take its count back, so such a message is handed back as a fresh copy instead
-//! ([`Deliverer::hand_back`]): the copy carries the attempts made so far in
+//! (`Deliverer::hand_back`): the copy carries the attempts made so far in
 //! [`ATTEMPTS_HEADER`], and the broker's count starts again at 1 with it. That happens to a
 //! held message when the service stops (so the next deliverer, in this process or another,
 //! gets it at once, not after `ack_wait`, and with no attempt used up) and to a message

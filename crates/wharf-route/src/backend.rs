@@ -186,7 +186,7 @@ impl Backend {
 
     /// The right to send this call to the ejected backend, when its window has passed and
     /// no other call holds it: one call probes the backend, the others keep skipping it
-    /// until the probe's outcome is recorded ([`Backend::record`]). Before, every call
+    /// until the probe's outcome is recorded (`Backend::record`). Before, every call
     /// past the window went to the backend at once, and a still dead backend held each for
     /// the route's timeout. The right is given back when the probe is dropped, so a probe
     /// whose call ended without an outcome (its client gone) lets the next call probe.

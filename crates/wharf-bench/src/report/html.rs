@@ -120,7 +120,7 @@ pub fn render(report: &Report) -> Result<String, BenchError> {
 /// Checks that a report can be written to `path`, before a run that may take minutes, so
 /// that a wrong path is found at once rather than after the measurements.
 ///
-/// It opens `path` for writing as [`write`] will, without truncating it: an existing file
+/// It opens `path` for writing as [`write()`] will, without truncating it: an existing file
 /// (an earlier report) is left as it was, and a file this check had to create is removed
 /// again, so a run that fails later leaves nothing at `path` that it did not write.
 pub fn check_writable(path: &Path) -> Result<(), BenchError> {
