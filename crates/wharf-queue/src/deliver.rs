@@ -31,7 +31,6 @@ use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
-use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, info, warn};
 use wharf_config::QueueConfig;
@@ -40,6 +39,11 @@ use wharf_metrics::queue::{QueueMetrics, RetryReason};
 use crate::backend::{Attempt, Backend};
 use crate::broker::Ready;
 use crate::stop::{Live, Stop};
+
+use crate::headers::{backend_headers, call_headers, header_safe, identify, Identity};
+pub use crate::headers::{
+    ATTEMPTS_HEADER, DEAD_DELIVERIES_HEADER, DEAD_REASON_HEADER, DELIVERY_HEADER, MESSAGE_ID_HEADER,
+};
 
 /// Longest delay between two attempts of one message.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -51,19 +55,6 @@ const PULL_EXPIRES: Duration = Duration::from_secs(1);
 const PENDING_EVERY: Duration = Duration::from_secs(2);
 /// Bound of one acknowledgement round trip.
 const ACK_TIMEOUT: Duration = Duration::from_secs(5);
-/// Request header carrying the message id to the backend.
-pub const MESSAGE_ID_HEADER: &str = "x-wharf-message-id";
-/// Request header carrying the attempt number (1 for the first attempt; a delivery while the
-/// backend was down is none).
-pub const DELIVERY_HEADER: &str = "x-wharf-delivery";
-/// Stored header of a handed-back copy: the attempts made on the message before the copy
-/// was stored. Never sent to the backend; never taken from a client (`publish`).
-pub const ATTEMPTS_HEADER: &str = "x-wharf-attempts-made";
-/// Dead-letter header: why the message was given up.
-pub const DEAD_REASON_HEADER: &str = "x-wharf-dead-reason";
-/// Dead-letter header: how many deliveries were made.
-pub const DEAD_DELIVERIES_HEADER: &str = "x-wharf-deliveries";
-
 /// What every delivery of one queue service needs.
 pub(crate) struct Deliverer {
     pub(crate) service: String,
@@ -375,106 +366,6 @@ impl Deliverer {
     }
 }
 
-/// The headers stored with `message` that belong to the call (not [`internal_header`]s).
-fn call_headers(message: &Message) -> async_nats::HeaderMap {
-    let mut headers = async_nats::HeaderMap::new();
-    if let Some(original) = &message.headers {
-        for (name, values) in original.iter() {
-            let name: &str = name.as_ref();
-            if internal_header(name) {
-                continue;
-            }
-            for value in values {
-                headers.append(name, value.as_str());
-            }
-        }
-    }
-    headers
-}
-
-/// The headers sent to the backend: those stored with the message (not the broker's own
-/// `Nats-*` nor [`ATTEMPTS_HEADER`]), plus the message id and the attempt number.
-fn backend_headers(message: &Message, id: &str, delivered: u32) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    if let Some(stored) = &message.headers {
-        for (name, values) in stored.iter() {
-            let name: &str = name.as_ref();
-            if internal_header(name) {
-                continue;
-            }
-            let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
-                continue;
-            };
-            for value in values {
-                if let Ok(value) = HeaderValue::from_str(value.as_str()) {
-                    headers.append(name.clone(), value);
-                }
-            }
-        }
-    }
-    if let Ok(value) = HeaderValue::from_str(id) {
-        headers.insert(MESSAGE_ID_HEADER, value);
-    }
-    headers.insert(DELIVERY_HEADER, HeaderValue::from(delivered));
-    headers
-}
-
-/// Headers stored with a message that are not the call's own: the broker's `Nats-*` and
-/// [`ATTEMPTS_HEADER`].
-fn internal_header(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name.starts_with("nats-") || name == ATTEMPTS_HEADER
-}
-
-/// Who a delivered message is and which attempt this delivery is.
-struct Identity {
-    /// The message id: the stored [`MESSAGE_ID_HEADER`] (a handed-back copy), else its
-    /// `Nats-Msg-Id`, else `seq-N` (published by something other than wharf).
-    id: String,
-    /// The stream sequence of this stored copy (0 if the broker's reply subject is not
-    /// understood).
-    sequence: u64,
-    /// The attempt this delivery makes: `attempts_made` + the broker's delivery count.
-    attempt: u32,
-    /// Whether the broker delivered this copy before.
-    redelivered: bool,
-}
-
-fn identify(message: &Message) -> Identity {
-    let (delivered, sequence) = match message.info() {
-        Ok(info) => (
-            u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
-            info.stream_sequence,
-        ),
-        Err(_) => (1, 0),
-    };
-    let id = stored_header(message, MESSAGE_ID_HEADER)
-        .or_else(|| stored_header(message, async_nats::header::NATS_MESSAGE_ID))
-        .unwrap_or_else(|| format!("seq-{sequence}"));
-    // Written by wharf only (`publish` never stores it from a client); unreadable: 0.
-    let attempts_made = stored_header(message, ATTEMPTS_HEADER)
-        .and_then(|made| made.parse::<u32>().ok())
-        .unwrap_or(0);
-    Identity {
-        id,
-        sequence,
-        attempt: attempts_made.saturating_add(delivered),
-        redelivered: delivered > 1,
-    }
-}
-
-/// The value of header `name` stored with `message`.
-fn stored_header(
-    message: &Message,
-    name: impl async_nats::header::IntoHeaderName,
-) -> Option<String> {
-    message
-        .headers
-        .as_ref()
-        .and_then(|headers| headers.get(name))
-        .map(|value| value.as_str().to_owned())
-}
-
 /// `backoff` doubled for each attempt after the first, at most [`MAX_BACKOFF`].
 pub(crate) fn backoff_for(backoff: Duration, delivered: u32) -> Duration {
     let doublings = delivered.saturating_sub(1).min(20);
@@ -535,21 +426,6 @@ async fn confirm(message: &Message, kind: AckKind, id: &str) {
     }
 }
 
-/// A reason as a header value: one line, printable ASCII, at most 512 bytes.
-fn header_safe(reason: &str) -> String {
-    reason
-        .chars()
-        .map(|ch| {
-            if ch.is_ascii_graphic() || ch == ' ' {
-                ch
-            } else {
-                '?'
-            }
-        })
-        .take(512)
-        .collect()
-}
-
 /// Samples `wharf_queue_pending` (not yet delivered + delivered but not yet acknowledged)
 /// from the consumer's info until the service stops.
 async fn sample_pending(mut consumer: PullConsumer, metrics: QueueMetrics, mut stop: Stop) {
@@ -579,14 +455,5 @@ mod tests {
         assert_eq!(backoff_for(base, 4), Duration::from_secs(4));
         assert_eq!(backoff_for(base, 30), MAX_BACKOFF);
         assert_eq!(backoff_for(base, u32::MAX), MAX_BACKOFF);
-    }
-
-    #[test]
-    fn reasons_become_safe_header_values() {
-        assert_eq!(
-            header_safe("backend answered 500\r\nx: y"),
-            "backend answered 500??x: y"
-        );
-        assert!(HeaderValue::from_str(&header_safe(&"é".repeat(600))).is_ok());
     }
 }

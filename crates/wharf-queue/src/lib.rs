@@ -21,6 +21,7 @@ mod backend;
 mod broker;
 pub mod deliver;
 pub mod error;
+mod headers;
 mod publish;
 mod stop;
 
