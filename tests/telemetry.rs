@@ -178,6 +178,16 @@ impl Wharf {
     }
 }
 
+/// A test that fails before [`Wharf::terminate`] leaves no wharf running behind it.
+impl Drop for Wharf {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// The value of `key=` in a pretty log line (`addr=127.0.0.1:8080`).
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
     let start = line
