@@ -243,7 +243,11 @@ impl Backend {
             return;
         }
         let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
-        if failures >= EJECT_AFTER_FAILURES {
+        // An ejected backend's failure (its probe's, or a last resort's) starts another
+        // window whatever the count: a success racing this failure may have zeroed the
+        // count after the ejection, and three more probes back to back must not follow.
+        let ejected = self.ejected_until_ms.load(Ordering::Acquire) != 0;
+        if failures >= EJECT_AFTER_FAILURES || ejected {
             let until = self.now_ms() + EJECT_FOR.as_millis() as u64;
             self.ejected_until_ms.store(until, Ordering::Release);
             tracing::warn!(backend = %self.label, failures, "backend ejected");
@@ -268,7 +272,10 @@ impl Drop for Lease {
 
 /// The one call let through to an ejected backend whose window has passed
 /// ([`Backend::try_probe`]). Its outcome, recorded as any call's, clears the ejection or
-/// starts another window; dropped, it lets another call take the probe.
+/// starts another window. Dropped without an outcome (its call cancelled, its client
+/// gone), it starts another window itself: else the next call would probe at once, and
+/// clients that give up before the route's timeout would keep one call on a dead backend
+/// at all times.
 #[derive(Debug)]
 pub struct Probe {
     backend: Arc<Backend>,
@@ -283,7 +290,20 @@ impl Probe {
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        self.backend.probing.store(false, Ordering::Release);
+        let backend = &self.backend;
+        let until = backend.ejected_until_ms.load(Ordering::Acquire);
+        let now = backend.now_ms();
+        // Still past its window: no outcome was recorded (a success clears it, a failure
+        // moves it on).
+        if until != 0 && now >= until {
+            let _ = backend.ejected_until_ms.compare_exchange(
+                until,
+                now + EJECT_FOR.as_millis() as u64,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        backend.probing.store(false, Ordering::Release);
     }
 }
 
@@ -350,7 +370,14 @@ mod tests {
         }
         drop(orders);
 
-        // A probe dropped without an outcome (its call cancelled) is not held for ever.
+        // A probe dropped without an outcome (its call cancelled) starts another window
+        // rather than handing the probe to the next call at once; past it, it is given back.
+        let order = balancer.order(&backends);
+        assert!(
+            order.probe.is_none(),
+            "probed again at once after a cancelled probe"
+        );
+        window_over(&dead);
         let order = balancer.order(&backends);
         assert!(
             order.probe.is_some(),
@@ -375,6 +402,45 @@ mod tests {
             assert!(order.probe.is_none());
             assert_eq!(labels(&order), ["http://dead.test", "http://live.test"]);
         }
+    }
+
+    #[tokio::test]
+    async fn a_healthy_primary_keeps_failover_calls_off_a_dead_backup() {
+        let (primary, backup) = (backend("primary"), backend("backup"));
+        let balancer = Balancer::new(Strategy::Failover);
+        let backends = [primary.clone(), backup.clone()];
+        eject(&backup);
+        window_over(&backup);
+        // A backup is for when the primary fails: no call probes it meanwhile.
+        for _ in 0..3 {
+            let order = balancer.order(&backends);
+            assert!(order.probe.is_none(), "a call probed the backup");
+            assert_eq!(
+                labels(&order),
+                ["http://primary.test", "http://backup.test"]
+            );
+        }
+        // Balancing strategies do probe it: it takes its share once it answers.
+        let balancer = Balancer::new(Strategy::RoundRobin);
+        let order = balancer.order(&backends);
+        assert!(order.probe.is_some());
+        assert_eq!(labels(&order)[0], "http://backup.test");
+    }
+
+    #[tokio::test]
+    async fn a_failure_of_an_ejected_backend_starts_a_window_whatever_the_count() {
+        let dead = backend("dead");
+        eject(&dead);
+        // A success that raced the ejection zeroed the count; the backend stays ejected.
+        dead.failures.store(0, Ordering::Release);
+        window_over(&dead);
+        let probe = dead.try_probe().unwrap();
+        dead.record(Outcome::Error);
+        drop(probe);
+        assert!(
+            dead.try_probe().is_none(),
+            "probed again within the new window"
+        );
     }
 
     #[tokio::test]

@@ -76,14 +76,19 @@ impl Balancer {
                 probe: None,
             };
         }
-        // Ranked once per backend (taking a probe is not a question to ask twice).
+        // Ranked once per backend (taking a probe is not a question to ask twice). With
+        // `failover` a backend behind an available one is a backup, not to be tried while
+        // the one before it answers: it is not probed, and stays a last resort.
         let mut probe = None;
+        let mut available_before = false;
         let mut ranked: Vec<(Rank, Arc<Backend>)> = by_strategy
             .into_iter()
             .map(|backend| {
+                let backup = self.strategy == Strategy::Failover && available_before;
                 let rank = if backend.is_available() {
+                    available_before = true;
                     Rank::Available
-                } else if probe.is_none() {
+                } else if probe.is_none() && !backup {
                     match backend.try_probe() {
                         Some(taken) => {
                             probe = Some(taken);
