@@ -524,8 +524,14 @@ async fn an_unreachable_broker_is_a_warning_naming_the_service_and_url() {
     let wharf = WharfProcess::start(&config);
     // Each 503 waits publish_timeout, as long as a set-up attempt: after a few, one failed.
     for _ in 0..4 {
-        let (status, _) = send(Method::POST, &wharf.url("/jobs"), "x").await;
+        let (status, body) = send(Method::POST, &wharf.url("/jobs"), "x").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        // The client's answer names the broker without its credentials too.
+        let body = String::from_utf8_lossy(&body);
+        assert!(
+            !body.contains("secret"),
+            "credentials sent to the client: {body}"
+        );
     }
     wharf.signal("TERM");
     let (status, logs) = wharf.wait().await;

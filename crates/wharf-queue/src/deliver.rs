@@ -81,12 +81,15 @@ impl Deliverer {
         let (pulling, pull_ended) = watch::channel(());
         info!(service = self.service, "queue deliverer started");
         loop {
+            // Biased, stop first: once stopped, a free slot must not open another pull
+            // (it could take back a copy just handed back, and so on until `within`).
             let first = tokio::select! {
+                biased;
+                () = stop_pull.stopped() => break,
                 slot = slots.clone().acquire_owned() => match slot {
                     Ok(slot) => slot,
                     Err(_closed) => break,
                 },
-                () = stop_pull.stopped() => break,
             };
             let mut batch = vec![first];
             while batch.len() < concurrency {
@@ -113,11 +116,12 @@ impl Deliverer {
             };
             loop {
                 let next = tokio::select! {
-                    next = messages.next() => next,
+                    biased;
                     () = stop_pull.stopped() => {
                         self.end_pull(&mut messages).await;
                         None
                     }
+                    next = messages.next() => next,
                 };
                 match next {
                     Some(Ok(message)) => {
@@ -261,7 +265,9 @@ impl Deliverer {
         let publish = PublishMessage::build()
             .payload(message.payload.clone())
             .headers(headers.clone())
-            .message_id(format!("{id}.dead"));
+            // '/' is never in a client's id (`publish::client_id`): no client's message
+            // can share this id within the stream's duplicate window.
+            .message_id(format!("{id}/dead"));
         let jetstream = &self.ready.jetstream;
         let published = tokio::time::timeout(self.config.publish_timeout, async {
             jetstream
@@ -323,10 +329,13 @@ impl Deliverer {
         headers.insert(ATTEMPTS_HEADER, made.to_string().as_str());
         // Not the message's own id: within the duplicate window the broker would drop the
         // copy as a repeat of it, and the message would be lost when acknowledged below.
-        // Unique to this stored copy, and the same if handing it back is repeated.
+        // Unique to this stored copy, and the same if handing it back is repeated. '/' is
+        // never in a client's id (`publish::client_id`), so no client's message can take
+        // it first (a client's `order.57` would have made the hand-back of `order`, stored
+        // at 57, a "duplicate", and the original was acknowledged: lost).
         let copy_id = match sequence {
-            0 => format!("{id}.{}", nuid::next()),
-            sequence => format!("{id}.{sequence}"),
+            0 => format!("{id}/copy/{}", nuid::next()),
+            sequence => format!("{id}/copy/{sequence}"),
         };
         let publish = PublishMessage::build()
             .payload(message.payload.clone())

@@ -121,9 +121,11 @@ impl Inner {
                 self.metrics.published(PublishOutcome::Error);
                 Err(QueueError::NotReady {
                     stream: self.config.stream.clone(),
+                    // Redacted: this reaches the client, and nats_url may carry a password.
                     reason: format!(
                         "no stream and consumer set up on {} within {:?}",
-                        self.config.nats_url, self.config.publish_timeout
+                        crate::broker::redacted(&self.config.nats_url),
+                        self.config.publish_timeout
                     ),
                 })
             }
