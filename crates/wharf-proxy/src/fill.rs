@@ -87,7 +87,10 @@ impl FillJob {
 
     async fn run(self, writer: FillWriter) {
         let fill = writer.fill().clone();
-        let mut lease = match self.plan().await {
+        // One bound for the whole fill: waiting on another instance's lease and then
+        // fetching the origin itself must not take total_timeout each.
+        let deadline = tokio::time::Instant::now() + self.total_timeout;
+        let mut lease = match self.plan(deadline).await {
             Plan::Entry(entry, source) => {
                 self.serve_entry(writer, entry, source).await;
                 self.fills.remove(self.target.key(), &fill);
@@ -95,7 +98,6 @@ impl FillJob {
             }
             Plan::Origin(lease) => lease,
         };
-        let deadline = tokio::time::Instant::now() + self.total_timeout;
         let outcome =
             tokio::time::timeout_at(deadline, self.fetch_into(&writer, deadline, &mut lease)).await;
         match outcome {
@@ -139,9 +141,9 @@ impl FillJob {
 
     /// Asks the shared tier (if any) whether to serve its entry, wait for another
     /// instance's, or fetch the origin. Waiting lasts while the other instance's lease
-    /// lives (it renews it while it fetches), at most `total_timeout` plus a round trip:
-    /// an origin exchange longer than that would have failed on the holder too.
-    async fn plan(&self) -> Plan {
+    /// lives (it renews it while it fetches), until the fill's `deadline` plus a round
+    /// trip; an origin fetch after it gets what is left of that deadline.
+    async fn plan(&self, deadline: tokio::time::Instant) -> Plan {
         let Some(shared) = &self.shared else {
             return Plan::Origin(None);
         };
@@ -149,7 +151,7 @@ impl FillJob {
             max_bytes: self.max_object_bytes,
             max_ttl: self.max_ttl,
         };
-        let wait_until = tokio::time::Instant::now() + self.total_timeout;
+        let wait_until = deadline;
         let mut waited = false;
         loop {
             match shared

@@ -225,27 +225,26 @@ impl SharedTier {
         let (stop, mut stopped) = oneshot::channel();
         let tier = self.clone();
         let every = Duration::from_millis((held.ttl_ms / 3).max(1));
+        // After a failed renewal, the next try comes sooner: a lease of 1 s has two thirds
+        // of a second left after one failure, not another two ticks.
+        let retry = (every / 4).max(Duration::from_millis(25));
         let renewal = tokio::spawn(async move {
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            // After a stall (a slow Redis), renew once, not in a burst.
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut wait = every;
             loop {
                 tokio::select! {
                     // Sent to or dropped: either way the fill is done with the lease.
                     _ = &mut stopped => break,
-                    _ = tick.tick() => {}
+                    () = tokio::time::sleep(wait) => {}
                 }
                 match tier.renew(&held).await {
-                    Ok(true) => {}
+                    Ok(true) => wait = every,
                     Ok(false) => {
                         // Expired (Redis unreachable for a whole TTL) and perhaps taken by
                         // another instance, which now fetches too: nothing left to keep.
                         debug!("shared cache: fill lease lost before the fill ended");
                         return;
                     }
-                    // Redis failing or resting: try again at the next tick, while the lease
-                    // still has up to two thirds of its TTL left.
-                    Err(_) => {}
+                    Err(_) => wait = retry,
                 }
             }
             tier.give_back(&held).await;
@@ -259,7 +258,7 @@ impl SharedTier {
     /// Extends `held` to a full TTL if it is still ours: `Ok(false)` when it is not.
     async fn renew(&self, held: &Held) -> Result<bool, OpError> {
         let mut connection = self.connection.clone();
-        self.run(SharedOp::Lease, async {
+        self.run_now(SharedOp::Lease, async {
             redis::cmd("EVAL")
                 .arg(RENEW)
                 .arg(1)

@@ -351,7 +351,8 @@ impl SharedTier {
         Ok(Some(CachedResponse::new(head, body, stored_at, ttl)))
     }
 
-    /// Runs one Redis round trip within the op timeout, with its latency and failure counted.
+    /// Runs one Redis round trip within the op timeout, with its latency and failure
+    /// counted; skipped (`OpError::Skipped`) while the tier rests after a failure.
     async fn run<T>(
         &self,
         op: SharedOp,
@@ -360,6 +361,17 @@ impl SharedTier {
         if self.resting() {
             return Err(OpError::Skipped);
         }
+        self.run_now(op, future).await
+    }
+
+    /// As [`SharedTier::run`], even while the tier rests: for lease renewals, which a rest
+    /// (one second after any failure on the tier) would otherwise skip until a short lease
+    /// lapses and another instance fetches the origin too.
+    async fn run_now<T>(
+        &self,
+        op: SharedOp,
+        future: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, OpError> {
         let started = Instant::now();
         let outcome = tokio::time::timeout(self.config.op_timeout, future).await;
         let seconds = started.elapsed().as_secs_f64();

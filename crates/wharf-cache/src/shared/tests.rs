@@ -325,3 +325,35 @@ fn a_bad_url_is_refused_at_build() {
     .expect_err("not a redis url");
     assert!(error.to_string().contains("http://nope"), "{error}");
 }
+
+/// A failure anywhere on the tier rests it for a second; the holder's renewals go on
+/// meanwhile, or a lease shorter than the rest would lapse and a waiter fetch the origin
+/// too.
+#[tokio::test]
+async fn a_lease_is_renewed_while_the_tier_rests() {
+    if !redis_is_up().await {
+        return;
+    }
+    let key = unique("rest");
+    let ttl = Duration::from_millis(400);
+    let metrics = Metrics::new();
+    let a = tier(&metrics, REDIS);
+    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, ttl, limits(1 << 20)).await else {
+        panic!("the holder takes the lease");
+    };
+    // Resting for three TTLs, as after a failed operation of another call.
+    let resting_until = Instant::now() + ttl * 3;
+    while Instant::now() < resting_until {
+        a.rest();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = tier(&metrics, REDIS);
+    assert!(
+        matches!(
+            b.lookup_or_lease(&key, ttl, limits(1 << 20)).await,
+            LeaseOutcome::Held
+        ),
+        "the lease lapsed while the tier rested"
+    );
+    drop(lease);
+}
