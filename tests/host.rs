@@ -515,6 +515,48 @@ async fn http2_head_over_max_header_bytes_gets_the_json_431() {
     assert_eq!(json["error"], "headers_too_large", "{json}");
 }
 
+/// A HEAD over HTTP/2 gets the head a GET would (its length included) and no body, on
+/// every proxy path; a head of more fields than HTTP/1.1 takes gets 431 there too.
+#[tokio::test]
+async fn http2_head_has_no_body_and_too_many_fields_get_431() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let wharf = start_wharf(&proxy_table("proxy", "/proxy", &testbed, "")).await;
+    let client = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<bytes::Bytes>>();
+    let url = via(&wharf, "/proxy", &testbed, "/bytes/1024");
+    for (duration, x_cache) in [("0", "bypass"), ("60", "miss"), ("60", "hit")] {
+        let request = http::Request::head(format!("{url}&cacheDuration={duration}"))
+            .body(Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-cache"], x_cache);
+        assert_eq!(response.headers()["content-length"], "1024", "{x_cache}");
+        let body = response.into_body().collect().await;
+        assert!(
+            body.is_ok_and(|body| body.to_bytes().is_empty()),
+            "a body came with the HEAD answer ({x_cache})"
+        );
+    }
+    let mut request = http::Request::get(wharf.url("/nothing"));
+    for field in 0..200 {
+        request = request.header(format!("x-field-{field}"), "1");
+    }
+    let response = client
+        .request(request.body(Full::new(bytes::Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 431);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["error"], "headers_too_large", "{json}");
+}
+
 /// The drain reaches sessions waiting between requests at once, also after several calls
 /// (the session then checks the drain signal without polling it: a lost wake-up would show
 /// here as a connection held until `idle_timeout`).

@@ -794,6 +794,8 @@ async fn paths_with_dot_segments_are_refused_not_forwarded() {
         "/echo/%2e%2E/hits",
         "/echo/./x",
         "/echo/.%2e",
+        "/echo/x%2f..%2fhits",
+        "/echo/..;/hits",
     ] {
         let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
         let reply = raw_exchange(wharf.addr, request.as_bytes(), Duration::from_secs(5)).await;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use wharf_http1::relay::RelayedFields;
+use wharf_http1::request::MAX_REQUEST_HEADERS;
 
 use crate::body::{guard_body, ResponseBody};
 use crate::call::ClientAddr;
@@ -92,33 +93,81 @@ fn not_found<B>(request: &Request<B>) -> CallFuture {
     CallFuture::ready(response)
 }
 
-/// Whether `path` has a `.` or `..` segment, percent-encoded ones included.
+/// Whether `path` has a `.` or `..` segment, in any spelling a backend may resolve.
 ///
 /// Services match a request by its path as sent, and a route forwards it as sent: a
 /// `/public/../admin` would be matched by the `/public` route and reach the backend's
 /// `/admin` once the backend resolves the dots (path confusion). Clients resolve dot
 /// segments before sending (RFC 3986 §5.2.4), so only a crafted request has one, and it
-/// is refused rather than rewritten.
+/// is refused rather than rewritten. Spellings: the dots percent-encoded (`%2e`); the
+/// slashes around them encoded (`%2f`, which nginx decodes before resolving) or written
+/// as a backslash (`\`, `%5c`: Windows servers); a `;params` suffix (`..;`, which Tomcat
+/// drops before resolving).
 fn has_dot_segment(path: &str) -> bool {
-    // Most paths have neither byte: one pass, no split.
-    if !path.bytes().any(|byte| byte == b'.' || byte == b'%') {
+    let bytes = path.as_bytes();
+    // Most paths have none of these bytes: one pass, nothing more.
+    if !bytes
+        .iter()
+        .any(|&byte| matches!(byte, b'.' | b'%' | b'\\'))
+    {
         return false;
     }
-    path.split('/').any(|segment| {
-        let mut rest = segment.as_bytes();
-        let mut dots = 0;
-        while !rest.is_empty() {
-            if rest[0] == b'.' {
+    let mut dots = 0;
+    // Whether the segment so far is dots only (and may end in `;params`).
+    let mut only_dots = true;
+    let mut in_params = false;
+    let mut rest = bytes;
+    loop {
+        let separator = match rest {
+            [] => true,
+            [b'/' | b'\\', ..] => {
                 rest = &rest[1..];
-            } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case(b"%2e") {
+                true
+            }
+            [b'%', a, b, ..] if is_encoded(*a, *b, b"2f") || is_encoded(*a, *b, b"5c") => {
                 rest = &rest[3..];
-            } else {
+                true
+            }
+            _ => false,
+        };
+        if separator {
+            if only_dots && (dots == 1 || dots == 2) {
+                return true;
+            }
+            if rest.is_empty() {
                 return false;
             }
-            dots += 1;
+            (dots, only_dots, in_params) = (0, true, false);
+            continue;
         }
-        dots == 1 || dots == 2
-    })
+        if in_params {
+            rest = &rest[1..];
+            continue;
+        }
+        match rest {
+            [b'.', ..] => {
+                dots += 1;
+                rest = &rest[1..];
+            }
+            [b'%', a, b, ..] if is_encoded(*a, *b, b"2e") => {
+                dots += 1;
+                rest = &rest[3..];
+            }
+            [b';', ..] => {
+                in_params = true;
+                rest = &rest[1..];
+            }
+            _ => {
+                only_dots = false;
+                rest = &rest[1..];
+            }
+        }
+    }
+}
+
+/// Whether `%ab` spells the escape `code` (two lowercase hex digits), in either case.
+fn is_encoded(a: u8, b: u8, code: &[u8; 2]) -> bool {
+    a.eq_ignore_ascii_case(&code[0]) && b.eq_ignore_ascii_case(&code[1])
 }
 
 /// The answer to a path with a dot segment.
@@ -148,6 +197,8 @@ pub(crate) async fn dispatch_h2(
         request.extensions_mut().insert(client);
     }
     let head_bytes = request_head_bytes(&request);
+    let fields = request.headers().len();
+    let is_head = request.method() == http::Method::HEAD;
     let response = if head_bytes > dispatcher.max_header_bytes {
         json_error(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -157,10 +208,37 @@ pub(crate) async fn dispatch_h2(
                 dispatcher.max_header_bytes
             ),
         )
+    } else if fields > MAX_REQUEST_HEADERS {
+        // As HTTP/1.1's parser refuses them: h2 itself limits bytes, not fields.
+        json_error(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            &format!("request has {fields} header fields, over {MAX_REQUEST_HEADERS}"),
+        )
     } else {
         dispatcher.call(request).await
     };
+    let response = if is_head {
+        without_body(response)
+    } else {
+        response
+    };
     Ok(guard_body(with_relayed_in_map(response), on_session))
+}
+
+/// A HEAD's answer: the head as for GET, no body. hyper's HTTP/2 server sends whatever
+/// body it is given, and services answer HEAD as GET (the HTTP/1.1 writer drops the
+/// body itself). The length a GET would have had stays in `content-length`.
+fn without_body(response: Response<ResponseBody>) -> Response<ResponseBody> {
+    let (mut parts, body) = response.into_parts();
+    if !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        if let Some(len) = http_body::Body::size_hint(&body).exact() {
+            parts
+                .headers
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(len));
+        }
+    }
+    Response::from_parts(parts, crate::body::empty())
 }
 
 /// HTTP/2 writes its head from the map (hyper): header lines a service relayed as they came
@@ -204,6 +282,14 @@ mod tests {
             "/a/%2E%2e/b",
             "/a/.%2e/b",
             "/a/%2e/b",
+            // The slashes around them encoded, a backslash, `;params`.
+            "/public/x%2f..%2f..%2fadmin",
+            "/public/x%2F..%2Fadmin",
+            "/public/x\\..\\admin",
+            "/public/x%5c..%5cadmin",
+            "/public/..;/admin",
+            "/public/..;jsessionid=1/admin",
+            "/a/.;x",
         ] {
             assert!(has_dot_segment(path), "{path}");
         }
@@ -217,6 +303,12 @@ mod tests {
             "/a/%2e%2e%2e",
             "/a/%2f",
             "/v1.2/x",
+            "/.well-known/x",
+            "/a;b/..c",
+            "/a/x.;y",
+            "/a/%2",
+            "/a/%",
+            "/é/ü",
         ] {
             assert!(!has_dot_segment(path), "{path}");
         }

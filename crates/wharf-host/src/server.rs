@@ -439,12 +439,13 @@ pub(crate) fn h2_builder(server: &ServerConfig) -> http2::Builder<TokioExecutor>
     // h2 counts 32 bytes more per field than wharf's head size does (RFC 9113
     // §6.5.2); at max_header_bytes itself, a head just over wharf's limit got
     // h2's own empty 431 (or a stream reset a client retries) instead of the
-    // JSON 431 `dispatch_h2` answers. Twice the limit plus 32 per allowed field
-    // lets such heads through to that check; beyond it h2 still refuses them.
+    // JSON 431 `dispatch_h2` answers. 32 more per allowed field (and 8 pseudo-
+    // header fields) lets every head wharf would take through to that check,
+    // and heads somewhat over it; beyond, h2 refuses them itself. Each stream
+    // holds its decoded head, so the margin stays a few KiB.
     let h2_list_limit = server
         .max_header_bytes
-        .saturating_mul(2)
-        .saturating_add(32 * wharf_http1::request::MAX_REQUEST_HEADERS);
+        .saturating_add(32 * (wharf_http1::request::MAX_REQUEST_HEADERS + 8));
     builder
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(h2_list_limit).unwrap_or(u32::MAX));
