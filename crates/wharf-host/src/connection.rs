@@ -216,7 +216,9 @@ where
     tokio::pin!(stop_signal);
     // Stays `false` once the drain signal fired or can no longer fire.
     let mut watch_stop = true;
-    let mut closing = false;
+    // When the GOAWAY went out (idle or drain): the connection ends an idle
+    // period after it if the client has not closed it by then.
+    let mut closing_since: Option<tokio::time::Instant> = None;
     let first_due = match clock.check(limits.header_read_timeout, limits.idle_timeout) {
         Verdict::WaitUntil(instant) => instant,
         _ => tokio::time::Instant::now(),
@@ -234,8 +236,8 @@ where
         if watch_stop {
             if let Poll::Ready(changed) = stop_signal.as_mut().poll(cx) {
                 watch_stop = false;
-                if changed.is_ok() && !closing {
-                    closing = true;
+                if changed.is_ok() && closing_since.is_none() {
+                    closing_since = Some(tokio::time::Instant::now());
                     connection.as_mut().graceful_shutdown();
                     continue;
                 }
@@ -270,17 +272,26 @@ where
                 return Poll::Ready(());
             }
             Verdict::Idle => {
-                if closing {
-                    // A GOAWAY the client left unanswered for another idle
-                    // period: a peer that never closes would otherwise hold
-                    // its session slot (and `max_connections`) for ever.
-                    debug!(peer = %peer_label, "still open an idle_timeout after goaway; closing");
-                    return Poll::Ready(());
+                let now = tokio::time::Instant::now();
+                match closing_since {
+                    // A GOAWAY the client left unanswered for an idle period: a
+                    // peer that never closes would otherwise hold its session
+                    // slot (and `max_connections`) for ever.
+                    Some(since) if now >= since + limits.idle_timeout => {
+                        debug!(peer = %peer_label, "still open an idle_timeout after goaway; closing");
+                        return Poll::Ready(());
+                    }
+                    // Closing for less than that (a drain's GOAWAY may come just
+                    // before an idle deadline): the client gets its idle period
+                    // to answer it.
+                    Some(since) => since + limits.idle_timeout,
+                    None => {
+                        debug!(peer = %peer_label, "idle_timeout; closing");
+                        closing_since = Some(now);
+                        connection.as_mut().graceful_shutdown();
+                        now + limits.idle_timeout
+                    }
                 }
-                debug!(peer = %peer_label, "idle_timeout; closing");
-                closing = true;
-                connection.as_mut().graceful_shutdown();
-                tokio::time::Instant::now() + limits.idle_timeout
             }
         };
         timer.as_mut().reset(next);
