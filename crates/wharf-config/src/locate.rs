@@ -98,10 +98,28 @@ fn quotes_hint(text: &str, value: &ValueAt, offset: usize) -> Option<String> {
     }
     let line_end = find_byte(text.as_bytes(), value.start, b'\n');
     let word = text[value.start..line_end].split('#').next()?.trim();
+    // A word that reads as yes or no, or a run of digits and letters that is not a
+    // duration or a size (`1d`, `64KiB`), is more likely a boolean or a number mistyped
+    // (`10k`, `01`) than a string left unquoted (`127.0.0.1:1`): quoting it would only
+    // lead to a type error.
+    let digits = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    let unit_value = digits.len() < word.len()
+        && [
+            "ms", "s", "m", "h", "d", "b", "kib", "mib", "gib", "tib", "kb", "mb", "gb", "tb",
+        ]
+        .iter()
+        .any(|unit| digits.eq_ignore_ascii_case(unit));
+    let number_like = word.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+')
+        && word[1..]
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let number_or_flag = (number_like && !unit_value)
+        || ["true", "false", "yes", "no", "on", "off"]
+            .iter()
+            .any(|flag| word.eq_ignore_ascii_case(flag));
     let bare = !word.is_empty()
         && !word.contains(|c: char| c.is_whitespace() || "\"'[]{},\\".contains(c))
-        && !word.eq_ignore_ascii_case("true")
-        && !word.eq_ignore_ascii_case("false");
+        && !number_or_flag;
     let parses = |v: &str| toml::from_str::<toml::Table>(&format!("v = {v}")).is_ok();
     if !bare || parses(word) || !parses(&format!("\"{word}\"")) {
         return None;

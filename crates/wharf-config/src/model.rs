@@ -119,6 +119,9 @@ pub(crate) fn listeners_collide(a: SocketAddr, b: SocketAddr) -> bool {
     if a.port() != b.port() || a.port() == 0 {
         return false;
     }
+    // `[::ffff:127.0.0.1]` binds 127.0.0.1: compare IPv4-mapped addresses as IPv4.
+    let canonical = |addr: SocketAddr| SocketAddr::new(addr.ip().to_canonical(), addr.port());
+    let (a, b) = (canonical(a), canonical(b));
     let covers = |wildcard: SocketAddr, other: SocketAddr| match wildcard.ip() {
         IpAddr::V4(ip) => ip.is_unspecified() && other.is_ipv4(),
         IpAddr::V6(ip) => ip.is_unspecified(),

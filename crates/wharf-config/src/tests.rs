@@ -472,6 +472,15 @@ fn toml_syntax_error_located() {
             "wharf.toml:2:12: services.p.max_ttl: expected newline, `#`; \
              strings need quotes: max_ttl = \"1d\"",
         ),
+        // A number or a flag mistyped: quoting it would not help, no hint.
+        (
+            "[server]\nmax_connections = 10k\n",
+            "wharf.toml:2:21: server.max_connections: expected newline, `#`",
+        ),
+        (
+            "[server]\ncpu_steering = yes\n",
+            "wharf.toml:2:16: server.cpu_steering: invalid string; expected `\"`, `'`",
+        ),
         // Not a bare word: no hint.
         (
             "[server]\ncpu_steering = True\n",
@@ -619,6 +628,16 @@ fn listeners_on_the_same_port() {
         problem(&server("127.0.0.1:21060", "127.0.0.1:21060")),
         "wharf.toml:3: server.admin_listen: 127.0.0.1:21060 is also `listen`, \
          give the admin listener its own address"
+    );
+    // An IPv4-mapped IPv6 address is the IPv4 one.
+    assert_eq!(
+        problem(&server("127.0.0.1:21060", "[::ffff:127.0.0.1]:21060")),
+        "wharf.toml:3: server.admin_listen: [::ffff:127.0.0.1]:21060 is the same address as \
+         `listen` 127.0.0.1:21060, give the admin listener its own address"
+    );
+    assert!(
+        problem(&server("0.0.0.0:21060", "[::ffff:127.0.0.2]:21060"))
+            .contains("0.0.0.0:21060 listens on every IPv4 address")
     );
     for (listen, admin) in [
         ("0.0.0.0:0", "127.0.0.1:0"),

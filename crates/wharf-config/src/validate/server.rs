@@ -96,6 +96,12 @@ pub(super) fn server(c: &mut Checker<'_>, raw: &RawServer) -> ServerConfig {
             .map(Spanned::span);
         let message = if listen == admin_listen {
             format!("{admin_listen} is also `listen`, give the admin listener its own address")
+        } else if listen.ip().to_canonical() == admin_listen.ip().to_canonical() {
+            // One of them IPv4-mapped (`[::ffff:127.0.0.1]`): the same address.
+            format!(
+                "{admin_listen} is the same address as `listen` {listen}, give the admin \
+                 listener its own address"
+            )
         } else {
             // Not the same address: a wildcard covers the other (`[::]` more than `0.0.0.0`).
             let wildcard = [listen, admin_listen]
