@@ -375,7 +375,7 @@ async fn metrics_come_in_the_format_the_scraper_accepts() {
     // Refused with q=0: the classic format.
     let refused = get_with(
         &wharf.admin_url("/metrics"),
-        &[("accept", "application/openmetrics-text; q=0, text/plain")],
+        &[("accept", "application/openmetrics-text; Q=0, text/plain")],
     )
     .await;
     assert!(refused.header("content-type").starts_with("text/plain"));

@@ -144,9 +144,11 @@ fn accepts_openmetrics<B>(request: &Request<B>) -> bool {
             let media_type = parts.next().unwrap_or("");
             media_type.eq_ignore_ascii_case("application/openmetrics-text")
                 && !parts.any(|param| {
+                    // Parameter names ignore case (RFC 9110 §5.6.6): `Q=0` refuses too.
                     param
-                        .strip_prefix("q=")
-                        .and_then(|q| q.parse::<f32>().ok())
+                        .split_once('=')
+                        .filter(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
+                        .and_then(|(_, q)| q.trim().parse::<f32>().ok())
                         .is_some_and(|q| q == 0.0)
                 })
         })

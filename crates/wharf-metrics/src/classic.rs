@@ -41,7 +41,8 @@ pub(crate) fn from_openmetrics(openmetrics: &str) -> String {
                 text.push_str("_total");
             }
             text.push(' ');
-            // OpenMetrics escapes `"` in help text; 0.0.4 only `\` and newlines.
+            // OpenMetrics allows `\"` in help text, 0.0.4 only `\\` and `\n` (wharf's own
+            // help strings have none; prometheus_client writes them as given).
             text.push_str(&help.replace("\\\"", "\""));
         } else {
             text.push_str(line);
