@@ -466,3 +466,41 @@ pub(crate) fn check_path(
         None => Some(path.clone()),
     }
 }
+
+/// A URL as written, with the password of its userinfo (if any) replaced by `***`: for
+/// error messages, which end up on terminals and in CI logs (`redis://:secret@h/x` is
+/// shown as `redis://:***@h/x`). Anything that is not `scheme://user:password@...` is
+/// returned as written.
+pub(crate) fn without_password(written: &str) -> String {
+    let Some((scheme, rest)) = written.split_once("://") else {
+        return written.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return written.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => written.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod password_tests {
+    use super::without_password;
+
+    #[test]
+    fn a_password_is_never_shown_as_written() {
+        for (written, shown) in [
+            ("redis://:secret@h:6379/2", "redis://:***@h:6379/2"),
+            ("nats://user:secret@h:4222", "nats://user:***@h:4222"),
+            ("http://u:p@ss@h/x?y", "http://u:***@h/x?y"),
+            ("http://user@h/", "http://user@h/"),
+            ("http://h:80/a@b", "http://h:80/a@b"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(without_password(written), shown, "{written}");
+        }
+    }
+}

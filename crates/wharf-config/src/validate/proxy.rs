@@ -138,10 +138,11 @@ pub(super) fn proxy(
 /// `allow_hosts` (normalised, empty: any host) lets the proxy fetch from it: a connection
 /// opened ahead to an origin no call may reach would only hold a descriptor.
 pub(crate) fn preconnect_origin(written: &str, allow_hosts: &[String]) -> Result<Url, String> {
+    let shown = super::without_password(written);
     let url = super::route::backend(written)?;
     if url.scheme() == "unix" {
         return Err(format!(
-            "{written:?}: the proxy fetches http and https URLs only (e.g. \"http://127.0.0.1:8080\")"
+            "{shown:?}: the proxy fetches http and https URLs only (e.g. \"http://127.0.0.1:8080\")"
         ));
     }
     let host = url.host_str().unwrap_or_default();
@@ -152,7 +153,7 @@ pub(crate) fn preconnect_origin(written: &str, allow_hosts: &[String]) -> Result
             .any(|entry| entry == host || *entry == format!("{host}:{port}"));
     if !allowed {
         return Err(format!(
-            "{written:?} is not in allow_hosts, so no call could use its connections (add \"{host}:{port}\" there)"
+            "{shown:?} is not in allow_hosts, so no call could use its connections (add \"{host}:{port}\" there)"
         ));
     }
     Ok(url)
@@ -160,32 +161,33 @@ pub(crate) fn preconnect_origin(written: &str, allow_hosts: &[String]) -> Result
 
 /// Checks a `shared_cache` URL: `redis://[:password@]host[:port][/db]`, returned normalised.
 pub(crate) fn redis_url(written: &str) -> Result<String, String> {
+    let shown = super::without_password(written);
     let example = r#"e.g. "redis://127.0.0.1:6379""#;
     let url = url::Url::parse(written)
-        .map_err(|err| format!("{written:?} is not a URL: {err} ({example})"))?;
+        .map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;
     match url.scheme() {
         "redis" => {}
         "rediss" => {
             return Err(format!(
-                "{written:?}: TLS to Redis is not supported, use redis:// ({example})"
+                "{shown:?}: TLS to Redis is not supported, use redis:// ({example})"
             ))
         }
         other => {
             return Err(format!(
-                "{written:?}: unsupported scheme {other:?}, use redis:// ({example})"
+                "{shown:?}: unsupported scheme {other:?}, use redis:// ({example})"
             ))
         }
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{written:?} has no host ({example})"));
+        return Err(format!("{shown:?} has no host ({example})"));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("{written:?} must not have a query or fragment"));
+        return Err(format!("{shown:?} must not have a query or fragment"));
     }
     let db = url.path().trim_start_matches('/');
     if !db.is_empty() && db.parse::<u16>().is_err() {
         return Err(format!(
-            "{written:?}: the path is a database number, e.g. \"redis://127.0.0.1:6379/2\""
+            "{shown:?}: the path is a database number, e.g. \"redis://127.0.0.1:6379/2\""
         ));
     }
     let mut normalised = url.to_string();

@@ -300,24 +300,25 @@ fn at_line(c: &Checker<'_>, span: &Option<Range<usize>>) -> String {
 
 /// `nats://host[:port]`, returned normalised.
 pub(crate) fn nats_url(written: &str) -> Result<String, String> {
+    let shown = super::without_password(written);
     let example = r#"e.g. "nats://127.0.0.1:4222""#;
-    let url = Url::parse(written)
-        .map_err(|err| format!("{written:?} is not a URL: {err} ({example})"))?;
+    let url =
+        Url::parse(written).map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;
     if url.scheme() != "nats" {
         return Err(format!(
-            "{written:?}: unsupported scheme {:?}, use nats:// ({example})",
+            "{shown:?}: unsupported scheme {:?}, use nats:// ({example})",
             url.scheme()
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{written:?} has no host ({example})"));
+        return Err(format!("{shown:?} has no host ({example})"));
     }
     if url.path() != "/" && !url.path().is_empty()
         || url.query().is_some()
         || url.fragment().is_some()
     {
         return Err(format!(
-            "{written:?} must not have a path, query or fragment ({example})"
+            "{shown:?} must not have a path, query or fragment ({example})"
         ));
     }
     let mut normalised = url.to_string();
@@ -365,23 +366,24 @@ pub(crate) fn subject_name(written: &str) -> Result<String, String> {
 
 /// `http(s)://host[:port][/path][?query]`, no credentials or fragment.
 pub(crate) fn backend_url(written: &str) -> Result<Url, String> {
+    let shown = super::without_password(written);
     let example = r#"e.g. "http://127.0.0.1:7001/handle""#;
-    let url = Url::parse(written)
-        .map_err(|err| format!("{written:?} is not a URL: {err} ({example})"))?;
+    let url =
+        Url::parse(written).map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!(
-            "{written:?}: unsupported scheme {:?}, use http or https ({example})",
+            "{shown:?}: unsupported scheme {:?}, use http or https ({example})",
             url.scheme()
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{written:?} has no host ({example})"));
+        return Err(format!("{shown:?} has no host ({example})"));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!("{written:?} must not contain credentials"));
+        return Err(format!("{shown:?} must not contain credentials"));
     }
     if url.fragment().is_some() {
-        return Err(format!("{written:?} must not have a fragment"));
+        return Err(format!("{shown:?} must not have a fragment"));
     }
     Ok(url)
 }

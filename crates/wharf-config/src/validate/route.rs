@@ -215,22 +215,23 @@ fn hop_by_hop(name: &HeaderName) -> String {
 
 /// Parses a backend: `http(s)://host[:port][/]` or `unix:/absolute/path`.
 pub(crate) fn backend(written: &str) -> Result<Url, String> {
+    let shown = super::without_password(written);
     let example = r#"e.g. "http://127.0.0.1:7001" or "unix:/run/app.sock""#;
-    let url = Url::parse(written)
-        .map_err(|err| format!("{written:?} is not a URL: {err} ({example})"))?;
+    let url =
+        Url::parse(written).map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("{written:?} must not have a query or fragment"));
+        return Err(format!("{shown:?} must not have a query or fragment"));
     }
     match url.scheme() {
         "http" | "https" => {
             if !url.username().is_empty() || url.password().is_some() {
                 return Err(format!(
-                    "{written:?} must not contain credentials, use set_headers"
+                    "{shown:?} must not contain credentials, use set_headers"
                 ));
             }
             if url.path() != "/" {
                 return Err(format!(
-                    "{written:?} must not have a path, the request path is forwarded (use {:?})",
+                    "{shown:?} must not have a path, the request path is forwarded (use {:?})",
                     url.origin().ascii_serialization()
                 ));
             }
@@ -245,12 +246,12 @@ pub(crate) fn backend(written: &str) -> Result<Url, String> {
                 Ok(url)
             } else {
                 Err(format!(
-                    "{written:?} is not a unix socket, use \"unix:\" and an absolute file path (e.g. \"unix:/run/app.sock\")"
+                    "{shown:?} is not a unix socket, use \"unix:\" and an absolute file path (e.g. \"unix:/run/app.sock\")"
                 ))
             }
         }
         other => Err(format!(
-            "{written:?}: unsupported scheme {other:?}, use http, https or unix ({example})"
+            "{shown:?}: unsupported scheme {other:?}, use http, https or unix ({example})"
         )),
     }
 }

@@ -115,27 +115,28 @@ fn log_level(written: &str) -> Result<(), String> {
 
 /// An OTLP/HTTP collector's base URL; wharf appends `/v1/traces`.
 fn otlp_endpoint(written: &str) -> Result<Url, String> {
+    let shown = super::without_password(written);
     let example = defaults::OTLP_ENDPOINT_EXAMPLE;
     let url = Url::parse(written)
-        .map_err(|err| format!("{written:?} is not a URL: {err} (e.g. {example:?})"))?;
+        .map_err(|err| format!("{shown:?} is not a URL: {err} (e.g. {example:?})"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!(
-            "{written:?}: unsupported scheme {:?}, use http or https (OTLP over HTTP, e.g. {example:?})",
+            "{shown:?}: unsupported scheme {:?}, use http or https (OTLP over HTTP, e.g. {example:?})",
             url.scheme()
         ));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!("{written:?} must not contain credentials"));
+        return Err(format!("{shown:?} must not contain credentials"));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("{written:?} must not have a query or fragment"));
+        return Err(format!("{shown:?} must not have a query or fragment"));
     }
     let path = url.path().trim_end_matches('/');
     if let Some(prefix) = path.strip_suffix(defaults::OTLP_TRACES_PATH) {
         // No query or fragment (refused above): the path ends the URL.
         let base = &url.as_str()[..url.as_str().len() - url.path().len()];
         return Err(format!(
-            "{written:?}: give the collector's base URL, wharf adds {} (use {:?})",
+            "{shown:?}: give the collector's base URL, wharf adds {} (use {:?})",
             defaults::OTLP_TRACES_PATH,
             format!("{base}{prefix}")
         ));
@@ -203,7 +204,7 @@ sample_ratio = 0.25
             ("otlp_endpoint = \"collector:4318\"", r#"telemetry.otlp_endpoint: "collector:4318": unsupported scheme "collector""#),
             ("otlp_endpoint = \"grpc://c:4317\"", r#"telemetry.otlp_endpoint: "grpc://c:4317": unsupported scheme "grpc""#),
             ("otlp_endpoint = \"\"", r#"telemetry.otlp_endpoint: "" is not a URL"#),
-            ("otlp_endpoint = \"http://u:p@c:4318\"", "telemetry.otlp_endpoint: \"http://u:p@c:4318\" must not contain credentials"),
+            ("otlp_endpoint = \"http://u:p@c:4318\"", "telemetry.otlp_endpoint: \"http://u:***@c:4318\" must not contain credentials"),
             ("otlp_endpoint = \"http://c:4318/?k=v\"", "telemetry.otlp_endpoint: \"http://c:4318/?k=v\" must not have a query"),
             ("otlp_endpoint = \"http://c:4318/v1/traces\"", r#"telemetry.otlp_endpoint: "http://c:4318/v1/traces": give the collector's base URL, wharf adds /v1/traces (use "http://c:4318")"#),
             ("service_name = \" \"", r#"telemetry.service_name: " " is not a service name"#),
