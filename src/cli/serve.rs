@@ -90,15 +90,7 @@ pub(crate) async fn run(
     let preconnect = preconnect(&builder, &catalogue).await;
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
-    let signalled = Arc::new(std::sync::OnceLock::new());
-    let shutdown = {
-        let signal = shutdown_signal();
-        let signalled = signalled.clone();
-        async move {
-            signal.await;
-            let _ = signalled.set(Instant::now());
-        }
-    };
+    let shutdown = shutdown_signal();
     let reloader = path.map(|path| {
         let reloader = ConfigReloader::new(path, &config, catalogue, host.reloader(), overrides);
         host.on_reload(reloader.hook());
@@ -131,8 +123,7 @@ pub(crate) async fn run(
             "shutdown_timeout reached; calls cut"
         );
     }
-    let drain_took = signalled.get().map_or(Duration::ZERO, Instant::elapsed);
-    stop_queue_deliverers(config.server.shutdown_timeout.saturating_sub(drain_took)).await;
+    stop_queue_deliverers(summary.shutdown_left).await;
     Ok(())
 }
 

@@ -278,6 +278,10 @@ pub struct Host {
 pub struct RunSummary {
     /// Calls still running when `shutdown_timeout` expired.
     pub calls_cut: usize,
+    /// What the drain left of `shutdown_timeout`, counted from the shutdown signal: the
+    /// time left for work that ends after the host (queue deliverers handing back what
+    /// they hold).
+    pub shutdown_left: Duration,
 }
 
 impl Host {
@@ -395,6 +399,7 @@ impl Host {
                 || None,
             )
             .await;
+        let signalled = tokio::time::Instant::now();
         let _ = stop_accepting.send(true);
         drop(keep_warm);
         cores::wait_until_not_accepting(&cores).await;
@@ -419,7 +424,10 @@ impl Host {
         cores::join(cores).await;
         admin_task.abort();
         info!(calls_cut, "stopped");
-        RunSummary { calls_cut }
+        RunSummary {
+            calls_cut,
+            shutdown_left: server.shutdown_timeout.saturating_sub(signalled.elapsed()),
+        }
     }
 }
 

@@ -19,6 +19,15 @@ pub(crate) fn from_openmetrics(openmetrics: &str) -> String {
         .filter_map(|rest| rest.strip_suffix(" counter"))
         .collect();
     let mut text = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    // `# TYPE`/`# HELP` and the family's name as 0.0.4 writes it: a counter's samples' name.
+    let push_family = |text: &mut String, line_kind: &str, name: &str| {
+        text.push_str(line_kind);
+        text.push_str(name);
+        if counters.contains(name) {
+            text.push_str("_total");
+        }
+        text.push(' ');
+    };
     for line in openmetrics.lines() {
         if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
@@ -26,21 +35,11 @@ pub(crate) fn from_openmetrics(openmetrics: &str) -> String {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
             let kind = if kind == "unknown" { "untyped" } else { kind };
-            text.push_str("# TYPE ");
-            text.push_str(name);
-            if counters.contains(name) {
-                text.push_str("_total");
-            }
-            text.push(' ');
+            push_family(&mut text, "# TYPE ", name);
             text.push_str(kind);
         } else if let Some(rest) = line.strip_prefix("# HELP ") {
             let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            text.push_str("# HELP ");
-            text.push_str(name);
-            if counters.contains(name) {
-                text.push_str("_total");
-            }
-            text.push(' ');
+            push_family(&mut text, "# HELP ", name);
             // OpenMetrics allows `\"` in help text, 0.0.4 only `\\` and `\n` (wharf's own
             // help strings have none; prometheus_client writes them as given).
             text.push_str(&help.replace("\\\"", "\""));
