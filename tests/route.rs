@@ -174,6 +174,100 @@ async fn method_and_header_matching() {
     assert_eq!(testbed.hits("/echo"), 1);
 }
 
+/// Routes sharing a prefix: a request goes to the first route whose conditions hold (the
+/// most specific first), else falls through to a shorter prefix; with nothing to fall to,
+/// a route's own 405 or 404 answers.
+#[tokio::test]
+async fn routes_sharing_a_prefix_take_requests_by_their_conditions() {
+    let acme = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let beta = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let rest = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    // The catch-all is written first and asked last.
+    let config = [
+        route_table("rest", "/", &[base(&rest)], ""),
+        route_table(
+            "acme",
+            "/echo",
+            &[base(&acme)],
+            "match_headers = { \"x-tenant\" = \"acme\" }",
+        ),
+        route_table(
+            "beta",
+            "/echo",
+            &[base(&beta)],
+            "methods = [\"GET\"]\nmatch_headers = { \"x-tenant\" = \"beta\" }",
+        ),
+    ]
+    .concat();
+    let wharf = start_wharf(&config).await;
+    let hits = || (acme.hits("/echo"), beta.hits("/echo"), rest.hits("/echo"));
+
+    let tenant = |name| [("x-tenant", name)];
+    assert_eq!(
+        get_with(&wharf.url("/echo"), &tenant("acme")).await.status,
+        200
+    );
+    assert_eq!(hits(), (1, 0, 0));
+    assert_eq!(
+        get_with(&wharf.url("/echo"), &tenant("beta")).await.status,
+        200
+    );
+    assert_eq!(hits(), (1, 1, 0));
+    // beta takes GETs only: a POST falls through to the catch-all, as do other tenants.
+    let post = send("POST", &wharf.url("/echo"), &tenant("beta"), Bytes::new()).await;
+    assert_eq!(post.status, 200);
+    assert_eq!(hits(), (1, 1, 1));
+    assert_eq!(
+        get_with(&wharf.url("/echo"), &tenant("zeta")).await.status,
+        200
+    );
+    assert_eq!(get(&wharf.url("/echo")).await.status, 200);
+    assert_eq!(hits(), (1, 1, 3));
+    // HTTP/2 requests are chosen the same way (their fields arrive decoded, not parsed).
+    let client = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let over_h2 = client
+        .request(
+            http::Request::get(wharf.url("/echo"))
+                .header("x-tenant", "acme")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(over_h2.version(), http::Version::HTTP_2);
+    assert_eq!(over_h2.status(), 200);
+    assert_eq!(hits(), (2, 1, 3));
+    drop(wharf);
+
+    // Without a catch-all, the route whose conditions failed only on the method answers
+    // with its 405, and otherwise a route's 404 says no route matches.
+    let config = [
+        route_table(
+            "acme",
+            "/echo",
+            &[base(&acme)],
+            "match_headers = { \"x-tenant\" = \"acme\" }",
+        ),
+        route_table(
+            "beta",
+            "/echo",
+            &[base(&beta)],
+            "methods = [\"GET\"]\nmatch_headers = { \"x-tenant\" = \"beta\" }",
+        ),
+    ]
+    .concat();
+    let wharf = start_wharf(&config).await;
+    let post = send("POST", &wharf.url("/echo"), &tenant("beta"), Bytes::new()).await;
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), "GET");
+    let other = get_with(&wharf.url("/echo"), &tenant("zeta")).await;
+    assert_eq!(other.status, 404);
+    assert_eq!(other.json()["error"], "not_found");
+    assert_eq!(hits(), (2, 1, 3), "a refused call reached a backend");
+}
+
 #[tokio::test]
 async fn round_robin_spreads_calls_evenly() {
     let (a, b, wharf) = two_backends("/fast", "round_robin").await;

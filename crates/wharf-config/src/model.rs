@@ -253,7 +253,12 @@ pub struct ProxyConfig {
 pub struct RouteConfig {
     /// `path_prefix`: requests whose path starts with this, on whole segments (`/orders`
     /// matches `/orders` and `/orders/1`, not `/ordersx`). Required; starts with `/`, no
-    /// query, no trailing `/` (unless it is `/`). Unique among all services.
+    /// query, no trailing `/` (unless it is `/`). Not the path of another service, except
+    /// other routes': routes may share a prefix when each has conditions (`methods`,
+    /// `match_headers`) that take requests the others asked before it do not. The host asks
+    /// them by specificity (each `match_headers` entry counts two, a `methods` list one),
+    /// then in file order, and a request goes to the first whose conditions hold, else on to
+    /// a shorter prefix.
     pub path_prefix: String,
     /// `strip_prefix`: remove `path_prefix` from the forwarded path (`/orders/1` → `/1`,
     /// `/orders` → `/`). Default false: the path is forwarded unchanged.

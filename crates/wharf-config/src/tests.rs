@@ -815,11 +815,67 @@ backends = ["http://a"]
     assert_eq!(
         problems(text),
         [
-            r#"wharf.toml:8: services.b.path: "/x" is already used by services.a (line 4), each service needs its own path"#,
-            r#"wharf.toml:12: services.c.path_prefix: "/x" is already used by services.a (line 4), each service needs its own path"#,
-            r#"wharf.toml:22: services.e.path_prefix: "/d" is already used by services.d (line 17), each service needs its own path"#,
+            r#"wharf.toml:8: services.b.path: "/x" is already used by services.a (line 4), each service needs its own path (only routes may share one)"#,
+            r#"wharf.toml:12: services.c.path_prefix: "/x" is already used by services.a (line 4), each service needs its own path (only routes may share one)"#,
+            r#"wharf.toml:22: services.e.path_prefix: "/d" is also the prefix of services.d (line 17), which is asked first and takes every request this route would: give this route a `match_headers` entry or a narrower `methods` list than services.d, or another prefix"#,
         ]
     );
+}
+
+#[test]
+fn routes_may_share_a_prefix_when_each_can_be_reached() {
+    let route = |name: &str, conditions: &str| {
+        format!(
+            "[services.{name}]\ntype = \"route\"\npath_prefix = \"/orders\"\nbackends = [\"http://a\"]\n{conditions}\n"
+        )
+    };
+    // A catch-all written first is asked last: the tenants' routes are asked before it.
+    let text = [
+        route("any", ""),
+        route("acme", r#"match_headers = { "x-tenant" = "acme" }"#),
+        route(
+            "acme_reads",
+            r#"match_headers = { "x-tenant" = "acme" }
+methods = ["GET"]"#,
+        ),
+        route("beta", r#"match_headers = { "X-Tenant" = "beta" }"#),
+        route("writes", r#"methods = ["POST", "PUT"]"#),
+        route(
+            "puts",
+            r#"methods = ["PUT"]
+match_headers = { "x-tenant" = "beta" }"#,
+        ),
+    ]
+    .concat();
+    let config = ok(&text);
+    assert_eq!(config.services.len(), 6);
+
+    // Each of these is hidden by a route asked before it (same rank, written first, or a
+    // higher rank) that holds for every request it holds for.
+    for (hidden, by) in [
+        (route("again", ""), "any"),
+        (
+            route("acme_too", r#"match_headers = { "x-tenant" = "acme" }"#),
+            "acme",
+        ),
+        (
+            route(
+                "reads",
+                r#"match_headers = { "x-tenant" = "acme" }
+methods = ["GET"]"#,
+            ),
+            "acme_reads",
+        ),
+        (route("posts", r#"methods = ["POST"]"#), "writes"),
+    ] {
+        let text = [text.clone(), hidden].concat();
+        let found = problems(&text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains(&format!("is also the prefix of services.{by} (line")),
+            "{found:?}"
+        );
+    }
 }
 
 #[test]
@@ -1089,7 +1145,7 @@ deliver = { backend = "http://a/" }
             "wharf.toml:5: services.cache: `stream` is not a key of a proxy service (it is a queue key)",
             "wharf.toml:11: services.orders: `shared_cache` is not a key of a route service (it is a proxy key)",
             "wharf.toml:12: services.orders: `deliver` is not a key of a route service (it is a queue key)",
-            r#"wharf.toml:16: services.jobs.path: "/cache" is already used by services.cache (line 4), each service needs its own path"#,
+            r#"wharf.toml:16: services.jobs.path: "/cache" is already used by services.cache (line 4), each service needs its own path (only routes may share one)"#,
         ]
     );
 }

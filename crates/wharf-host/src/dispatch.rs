@@ -12,7 +12,7 @@ use wharf_http1::request::MAX_REQUEST_HEADERS;
 use crate::body::{guard_body, ResponseBody};
 use crate::call::ClientAddr;
 use crate::error::json_error;
-use crate::registry::Registry;
+use crate::registry::{first_taking, Found, Registry};
 use crate::request_body::RequestBody;
 use crate::service::{CallFuture, HostService};
 use crate::services::SharedRegistry;
@@ -29,6 +29,9 @@ pub(crate) struct Dispatcher {
 pub(crate) enum Routed {
     /// The service mounted at the path.
     To(HostService),
+    /// The first of these services that takes the request (routes sharing a prefix, with
+    /// conditions on its method and fields): chosen once the head has been read.
+    FirstTaking(Vec<HostService>),
     /// No service is mounted there.
     Nowhere,
     /// The path has a `.` or `..` segment: refused before any service sees it.
@@ -40,6 +43,13 @@ impl Routed {
     pub(crate) fn call(self, request: Request<RequestBody>) -> CallFuture {
         match self {
             Routed::To(service) => service.call(request),
+            Routed::FirstTaking(candidates) => {
+                match first_taking(&candidates, request.method(), request.headers()) {
+                    Some(service) => service.call(request),
+                    // Never empty: a path with no candidate is `Nowhere`.
+                    None => not_found(&request),
+                }
+            }
             Routed::Nowhere => not_found(&request),
             Routed::DotSegment => dot_segment(&request),
         }
@@ -49,6 +59,8 @@ impl Routed {
     pub(crate) fn wants_request_fields(&self) -> bool {
         match self {
             Routed::To(service) => service.reads_request_fields(),
+            // The choice reads the fields.
+            Routed::FirstTaking(_) => true,
             // A 404 or 400 reads nothing of the request but its path.
             Routed::Nowhere | Routed::DotSegment => false,
         }
@@ -62,7 +74,10 @@ impl Dispatcher {
             return Routed::DotSegment;
         }
         match self.current().find(path) {
-            Some(mounted) => Routed::To(mounted.service.clone()),
+            Some(Found::One(mounted)) => Routed::To(mounted.service.clone()),
+            Some(Found::FirstTaking(candidates)) => {
+                Routed::FirstTaking(candidates.iter().map(|m| m.service.clone()).collect())
+            }
             None => Routed::Nowhere,
         }
     }

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 
 use crate::body::ResponseBody;
+use crate::registry::RequestFilter;
 use crate::request_body::RequestBody;
 
 /// The future of one call: a response, always (errors are responses too).
@@ -85,6 +86,9 @@ pub struct HostService {
     /// Whether its calls read the request's header fields (see
     /// [`HostService::without_request_fields`]).
     reads_request_fields: bool,
+    /// Which requests under its mount it takes, when not all (see
+    /// [`HostService::taking_only`]).
+    filter: Option<Arc<dyn RequestFilter>>,
 }
 
 impl HostService {
@@ -96,6 +100,7 @@ impl HostService {
         Self {
             call: Arc::new(call),
             reads_request_fields: true,
+            filter: None,
         }
     }
 
@@ -118,6 +123,26 @@ impl HostService {
     /// Whether its calls read the request's header fields.
     pub fn reads_request_fields(&self) -> bool {
         self.reads_request_fields
+    }
+
+    /// The same service, taking only the requests `filter` admits (a route's `methods` and
+    /// `match_headers`): a request it does not admit goes on to the next service mounted at
+    /// the same or a shorter prefix, as [`Mount::Prefix`](crate::Mount::Prefix) says.
+    pub fn taking_only(mut self, filter: Arc<dyn RequestFilter>) -> Self {
+        self.filter = Some(filter);
+        self
+    }
+
+    /// The same service with `other`'s filter, if any: for a service made around another
+    /// (the host's layers), which takes what that one takes.
+    pub(crate) fn filtered_as(mut self, other: &HostService) -> Self {
+        self.filter = other.filter.clone();
+        self
+    }
+
+    /// Its filter, if it takes only some of the requests under its mount.
+    pub(crate) fn filter(&self) -> Option<&dyn RequestFilter> {
+        self.filter.as_deref()
     }
 
     /// Starts one call.

@@ -47,7 +47,9 @@ pub(crate) fn hosted(
         }),
     );
     // The layers read no request fields: the stack reads what its service reads.
+    // The same holds for which requests it takes.
     let reads_request_fields = service.reads_request_fields();
+    let taking = service.clone();
     let stack = Arc::new(Stack {
         trace: Trace::new(name, inflight.clone()),
         count: Count::new(service_metrics.clone()),
@@ -56,6 +58,7 @@ pub(crate) fn hosted(
     });
     HostService::new(move |request| stack.call(request))
         .reading_request_fields(reads_request_fields)
+        .filtered_as(&taking)
 }
 
 /// A service and its layers.

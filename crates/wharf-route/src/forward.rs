@@ -119,12 +119,20 @@ impl RouteService {
         &self.route.backends
     }
 
-    /// The route as a service for [`wharf_host::HostBuilder::mount`].
+    /// The route as a service for [`wharf_host::HostBuilder::mount`]. A route with `methods`
+    /// or `match_headers` takes only the requests they match, so that other routes may share
+    /// its prefix (see [`wharf_host::Mount::Prefix`]).
     pub fn into_host_service(self) -> HostService {
-        handler(move |request| {
+        let matcher = self.route.matcher.clone();
+        let service = handler(move |request| {
             let route = self.route.clone();
             async move { route.call(request).await }
-        })
+        });
+        if matcher.is_conditional() {
+            service.taking_only(Arc::new(matcher))
+        } else {
+            service
+        }
     }
 }
 

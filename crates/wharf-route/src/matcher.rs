@@ -1,7 +1,9 @@
 //! Which requests a route takes: its methods and `match_headers` (the
-//! host already matched the path prefix on whole segments).
+//! host already matched the path prefix on whole segments). The host asks the same
+//! conditions to choose among routes that share a prefix ([`RequestFilter`]).
 
-use http::{HeaderName, HeaderValue, Method, Request};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request};
+use wharf_host::{Admission, RequestFilter};
 
 use crate::error::RouteError;
 
@@ -35,6 +37,11 @@ impl Matcher {
         Ok(())
     }
 
+    /// Whether it has any condition (else it takes every request under its prefix).
+    pub fn is_conditional(&self) -> bool {
+        !self.methods.is_empty() || !self.headers.is_empty()
+    }
+
     /// The allowed methods, for the `allow` header of a 405.
     pub fn allowed(&self) -> String {
         self.methods
@@ -42,6 +49,29 @@ impl Matcher {
             .map(Method::as_str)
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+impl RequestFilter for Matcher {
+    fn admits(&self, method: &Method, headers: &HeaderMap) -> Admission {
+        if self
+            .headers
+            .iter()
+            .any(|(name, expected)| headers.get(name) != Some(expected))
+        {
+            Admission::Declines
+        } else if !self.methods.is_empty() && !self.methods.contains(method) {
+            Admission::WrongMethod
+        } else {
+            Admission::Takes
+        }
+    }
+
+    /// Each header a route asks for counts more than a method list: a route for
+    /// `x-tenant: acme` is tried before one for `GET` only, which is tried before a route
+    /// with no condition. (`wharf check` refuses a route that this order would hide.)
+    fn rank(&self) -> usize {
+        2 * self.headers.len() + usize::from(!self.methods.is_empty())
     }
 }
 
@@ -78,5 +108,34 @@ mod tests {
         assert!(Matcher::new(vec![], vec![])
             .check(&request(Method::PATCH, None))
             .is_ok());
+    }
+
+    #[test]
+    fn as_a_filter_headers_decline_and_a_method_alone_is_a_wrong_method() {
+        let matcher = Matcher::new(
+            vec![Method::GET],
+            vec![(
+                HeaderName::from_static("x-tenant"),
+                HeaderValue::from_static("acme"),
+            )],
+        );
+        let mut acme = HeaderMap::new();
+        acme.insert("x-tenant", HeaderValue::from_static("acme"));
+        assert_eq!(matcher.admits(&Method::GET, &acme), Admission::Takes);
+        assert_eq!(matcher.admits(&Method::POST, &acme), Admission::WrongMethod);
+        assert_eq!(
+            matcher.admits(&Method::GET, &HeaderMap::new()),
+            Admission::Declines
+        );
+        assert_eq!(
+            matcher.admits(&Method::POST, &HeaderMap::new()),
+            Admission::Declines
+        );
+        assert_eq!(matcher.rank(), 3);
+        assert!(matcher.is_conditional());
+        let any = Matcher::new(vec![], vec![]);
+        assert!(!any.is_conditional());
+        assert_eq!(any.rank(), 0);
+        assert_eq!(Matcher::new(vec![Method::PUT], vec![]).rank(), 1);
     }
 }

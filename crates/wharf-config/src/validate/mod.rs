@@ -21,7 +21,7 @@ use toml::Spanned;
 use crate::defaults;
 use crate::error::{ConfigError, Problem};
 use crate::locate::line_of;
-use crate::model::{LimitsConfig, ServiceConfig, ServiceKind};
+use crate::model::{LimitsConfig, RouteConfig, ServiceConfig, ServiceKind};
 use crate::raw::{RawConfig, RawDuration, RawService, RawSize};
 use crate::units::{parse_duration, parse_size};
 use crate::Config;
@@ -388,36 +388,81 @@ fn foreign_keys(
     }
 }
 
-/// No two services share a `path`/`path_prefix`.
+/// No two services share a `path`/`path_prefix`, except routes: they may share a prefix
+/// when each takes requests the ones asked before it do not (see [`hidden_route`]).
 fn unique_paths(
     c: &mut Checker<'_>,
     services: &[ServiceConfig],
     paths: &[(String, String, Option<Range<usize>>)],
 ) {
+    let route = |i: usize| match services.get(i).map(|s| &s.kind) {
+        Some(ServiceKind::Route(route)) => Some(route),
+        _ => None,
+    };
     for (i, (path, name, span)) in paths.iter().enumerate() {
         // An invalid path was reported already and left empty.
         if path.is_empty() {
             continue;
         }
-        let Some((_, first, first_span)) = paths[..i].iter().find(|(p, _, _)| p == path) else {
-            continue;
-        };
-        let key = match services.get(i).map(|s| &s.kind) {
-            Some(ServiceKind::Route(_)) => "path_prefix",
-            _ => "path",
-        };
-        let at = match c.line(first_span) {
+        let at = |c: &Checker<'_>, first_span| match c.line(first_span) {
             Some(line) => format!(" (line {line})"),
             None => String::new(),
         };
-        c.report(
-            span.clone(),
-            &format!("services.{name}.{key}"),
-            format!(
-                "{path:?} is already used by services.{first}{at}, each service needs its own path"
-            ),
-        );
+        let earlier = paths[..i]
+            .iter()
+            .enumerate()
+            .filter(|(_, (p, _, _))| p == path);
+        for (j, (_, first, first_span)) in earlier {
+            let (Some(this), Some(that)) = (route(i), route(j)) else {
+                let key = if route(i).is_some() {
+                    "path_prefix"
+                } else {
+                    "path"
+                };
+                let at = at(c, first_span);
+                c.report(
+                    span.clone(),
+                    &format!("services.{name}.{key}"),
+                    format!(
+                        "{path:?} is already used by services.{first}{at}, each service needs its own path (only routes may share one)"
+                    ),
+                );
+                break;
+            };
+            if !hidden_route(that, this) {
+                continue;
+            }
+            let at = at(c, first_span);
+            c.report(
+                span.clone(),
+                &format!("services.{name}.path_prefix"),
+                format!(
+                    "{path:?} is also the prefix of services.{first}{at}, which is asked first and takes every request this route would: \
+                     give this route a `match_headers` entry or a narrower `methods` list than services.{first}, or another prefix"
+                ),
+            );
+            break;
+        }
     }
+}
+
+/// Whether route `second`, written after `first` with the same prefix, can never be reached.
+///
+/// The host asks routes sharing a prefix in order of rank (two per `match_headers` entry,
+/// one for a `methods` list: `wharf_route::matcher`), then in file order, and the first
+/// whose conditions hold takes the request. A route is hidden when one asked before it
+/// holds for every request it holds for. (A route of a higher rank cannot hold for every
+/// request one of a lower rank holds for, so `first` is never hidden by `second`.)
+fn hidden_route(first: &RouteConfig, second: &RouteConfig) -> bool {
+    let rank = |r: &RouteConfig| 2 * r.match_headers.len() + usize::from(!r.methods.is_empty());
+    let asked_first = rank(first) >= rank(second);
+    let headers = first
+        .match_headers
+        .iter()
+        .all(|h| second.match_headers.contains(h));
+    let methods = first.methods.is_empty()
+        || (!second.methods.is_empty() && second.methods.iter().all(|m| first.methods.contains(m)));
+    asked_first && headers && methods
 }
 
 /// Validates a `path` or `path_prefix`: an absolute URL path without query, fragment,
