@@ -1,6 +1,6 @@
 //! `wharf check` as a user runs it: the built binary on a file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -20,10 +20,14 @@ fn config_file(toml: &str) -> PathBuf {
 }
 
 fn check(toml: &str) -> (bool, String) {
-    let path = config_file(toml);
+    check_file(&config_file(toml))
+}
+
+/// `wharf check --config path`.
+fn check_file(path: &Path) -> (bool, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_wharf"))
         .args(["check", "--config"])
-        .arg(&path)
+        .arg(path)
         .output()
         .unwrap();
     output_text(&output)
@@ -36,6 +40,28 @@ fn output_text(output: &Output) -> (bool, String) {
         String::from_utf8_lossy(&output.stderr)
     );
     (output.status.success(), text)
+}
+
+/// Runs `wharf serve --config path args` until it exits (killed after 20 s: a serve that
+/// should have refused to start).
+fn serve_until_exit(path: &Path, args: &[&str]) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--config"])
+        .arg(path)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    output_text(&child.wait_with_output().unwrap())
 }
 
 #[test]
@@ -113,33 +139,191 @@ fn check_refuses_an_admin_port_taken_by_a_wildcard_listen() {
 #[test]
 fn serve_refuses_address_flags_that_collide() {
     let path = config_file("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .args([
+    let (ok, text) = serve_until_exit(
+        &path,
+        &[
             "--listen",
             "127.0.0.1:21062",
             "--admin-listen",
             "127.0.0.1:21062",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let (ok, text) = output_text(&child.wait_with_output().unwrap());
+        ],
+    );
     assert!(!ok, "{text}");
     assert!(
         text.contains(
             "--listen 127.0.0.1:21062 and --admin-listen 127.0.0.1:21062 take the same port"
         ),
+        "{text}"
+    );
+}
+
+/// A self-signed certificate for localhost and its key, as PEM text.
+fn pem_pair() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// A config whose `[server]` names `cert.pem` and `key.pem` beside it, holding `cert` and
+/// `key` (`None`: the file is not written). Returns the config and the two paths.
+fn tls_config(cert: Option<&str>, key: Option<&str>) -> (PathBuf, PathBuf, PathBuf) {
+    let path = config_file("");
+    let dir = path.parent().unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    for (file, text) in [(&cert_path, cert), (&key_path, key)] {
+        if let Some(text) = text {
+            std::fs::write(file, text).unwrap();
+        }
+    }
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         tls_cert = {:?}\ntls_key = {:?}\n\n\
+         [services.proxy]\ntype = \"proxy\"\npath = \"/proxy\"\n",
+        cert_path.display().to_string(),
+        key_path.display().to_string(),
+    );
+    std::fs::write(&path, toml).unwrap();
+    (path, cert_path, key_path)
+}
+
+#[test]
+fn check_accepts_a_matching_tls_pair() {
+    let (cert, key) = pem_pair();
+    let (path, _, _) = tls_config(Some(&cert), Some(&key));
+    let (ok, text) = check_file(&path);
+    assert!(ok, "{text}");
+    assert!(text.contains(": ok (1 service)"), "{text}");
+}
+
+/// `check` loads the TLS files as `serve` does: each case must fail naming the key, the
+/// file and why. Each case: cert.pem, key.pem (`None`: absent), the key blamed, the file
+/// blamed and what the message must say.
+#[test]
+fn check_refuses_tls_files_serve_would_refuse() {
+    let (cert, key) = pem_pair();
+    let (_, other_key) = pem_pair();
+    let not_pem = "this is not a PEM file\n";
+    let cert_bytes = cert
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect::<String>();
+    let bad_der = "-----BEGIN CERTIFICATE-----\nAAECAwQFBgcI\n-----END CERTIFICATE-----\n";
+    let bad_key = "-----BEGIN PRIVATE KEY-----\nAAECAwQFBgcI\n-----END PRIVATE KEY-----\n";
+    for (case, cert, key, blamed, file, why) in [
+        (
+            "missing cert",
+            None,
+            Some(key.as_str()),
+            "server.tls_cert",
+            "cert.pem",
+            "is not a readable file",
+        ),
+        (
+            "missing key",
+            Some(cert.as_str()),
+            None,
+            "server.tls_key",
+            "key.pem",
+            "is not a readable file",
+        ),
+        (
+            "cert not PEM",
+            Some(not_pem),
+            Some(&key),
+            "server.tls_cert",
+            "cert.pem",
+            "no certificate in the file",
+        ),
+        (
+            "cert as bare base64",
+            Some(&cert_bytes),
+            Some(&key),
+            "server.tls_cert",
+            "cert.pem",
+            "no certificate in the file",
+        ),
+        (
+            "key in the cert file",
+            Some(&key),
+            Some(&key),
+            "server.tls_cert",
+            "cert.pem",
+            "no certificate in the file",
+        ),
+        (
+            "cert not X.509",
+            Some(bad_der),
+            Some(&key),
+            "server.tls_cert",
+            "cert.pem",
+            "not a valid X.509 certificate",
+        ),
+        (
+            "key not PEM",
+            Some(&cert),
+            Some(not_pem),
+            "server.tls_key",
+            "key.pem",
+            "no private key in the file",
+        ),
+        (
+            "cert in the key file",
+            Some(&cert),
+            Some(&cert),
+            "server.tls_key",
+            "key.pem",
+            "no private key in the file",
+        ),
+        (
+            "key not a key",
+            Some(&cert),
+            Some(bad_key),
+            "server.tls_key",
+            "key.pem",
+            "not a usable private key",
+        ),
+        (
+            "another key",
+            Some(&cert),
+            Some(&other_key),
+            "server.tls_key",
+            "key.pem",
+            "does not match the certificate in",
+        ),
+    ] {
+        let (path, _, _) = tls_config(cert, key);
+        let file = path.parent().unwrap().join(file).display().to_string();
+        let (ok, text) = check_file(&path);
+        assert!(!ok, "{case}: {text}");
+        // `wharf.toml:LINE: key: "file" ...` from the config's own checks (a missing file),
+        // `wharf.toml: key: "file": ...` from loading the files.
+        assert!(text.contains(&path.display().to_string()), "{case}: {text}");
+        let expected = format!("{blamed}: {file:?}");
+        assert!(
+            text.contains(&expected),
+            "{case}: expected {expected:?} in {text}"
+        );
+        assert!(text.contains(why), "{case}: expected {why:?} in {text}");
+    }
+}
+
+/// What `check` refuses, `serve` refuses at start with the same reason.
+#[test]
+fn serve_refuses_the_tls_file_check_refuses() {
+    let (_, key) = pem_pair();
+    let (path, cert_path, _) = tls_config(Some("this is not a PEM file\n"), Some(&key));
+    let (ok, text) = check_file(&path);
+    assert!(!ok, "{text}");
+    let (ok, text) = serve_until_exit(&path, &[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "tls_cert {}: no certificate in the file",
+            cert_path.display()
+        )),
         "{text}"
     );
 }

@@ -4,14 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
+use rustls::InconsistentKeys;
 use tokio_rustls::TlsAcceptor;
 
 /// Why the TLS listener could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// The certificate file is unreadable or holds no certificate.
+    /// The certificate file is unreadable, not PEM, holds no certificate or its first
+    /// certificate is not X.509.
     #[error("tls_cert {path}: {message}")]
     Cert {
         /// The file.
@@ -19,7 +23,8 @@ pub enum TlsError {
         /// What was wrong.
         message: String,
     },
-    /// The key file is unreadable or holds no private key.
+    /// The key file is unreadable, not PEM, holds no usable private key, or the key does
+    /// not match the certificate.
     #[error("tls_key {path}: {message}")]
     Key {
         /// The file.
@@ -27,7 +32,7 @@ pub enum TlsError {
         /// What was wrong.
         message: String,
     },
-    /// rustls refused the pair (e.g. the key does not match).
+    /// rustls refused the configuration for another reason.
     #[error("tls: {0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -42,20 +47,76 @@ pub struct TlsFiles {
 }
 
 /// Loads the files and builds an acceptor that offers h2 then http/1.1.
+///
+/// `wharf serve` calls it before it accepts, and `wharf check` calls it too, so a config
+/// that `check` passes names TLS files that `serve` can start with.
+///
+/// # Errors
+///
+/// Each file problem names its file: unreadable, not PEM, no certificate or private key in
+/// it, a certificate that is not X.509, a key that is not RSA, ECDSA or EdDSA
+/// ([`TlsError::Cert`], [`TlsError::Key`]); a key that does not match the certificate is
+/// the key's ([`TlsError::Key`]).
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
-    let certs = load_certs(&files.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|error| TlsError::Key {
-        path: files.key.clone(),
-        message: error.to_string(),
-    })?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certified = certified_key(files, &provider)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The chain and its key, checked as `with_single_cert` checks them (the key parses, its
+/// public half is the leaf's) but each failure blamed on its file: rustls reports a
+/// mismatch as "keys may not be consistent: KeyMismatch", naming neither.
+fn certified_key(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
+    let certs = load_certs(&files.cert)?;
+    let key_error = |message: String| TlsError::Key {
+        path: files.key.clone(),
+        message,
+    };
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|error| {
+        key_error(match error {
+            pem::Error::NoItemsFound => format!("no private key in the file ({KEY_PEM})"),
+            other => pem_message(other),
+        })
+    })?;
+    let key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|error| {
+            let why = match error {
+                rustls::Error::General(why) => why,
+                other => other.to_string(),
+            };
+            key_error(format!("not a usable private key: {why}"))
+        })?;
+    let certified = CertifiedKey::new(certs, key);
+    match certified.keys_match() {
+        // A key that cannot tell its public half: rustls accepts it too.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(certified),
+        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(key_error(
+            format!("does not match the certificate in {}", files.cert.display()),
+        )),
+        Err(rustls::Error::InvalidCertificate(why)) => Err(TlsError::Cert {
+            path: files.cert.clone(),
+            message: format!("the first certificate is not a valid X.509 certificate: {why}"),
+        }),
+        Err(other) => Err(TlsError::Rustls(other)),
+    }
+}
+
+/// What a key file must hold, for messages.
+const KEY_PEM: &str = "PEM \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \"EC PRIVATE KEY\" expected";
+
+/// A PEM reading error in our words.
+fn pem_message(error: pem::Error) -> String {
+    match error {
+        pem::Error::Io(error) => format!("cannot read: {error}"),
+        other => format!("not valid PEM: {other}"),
+    }
 }
 
 fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
@@ -64,11 +125,14 @@ fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         message,
     };
     let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| error(e.to_string()))?
+        .map_err(|e| error(pem_message(e)))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| error(e.to_string()))?;
+        .map_err(|e| error(pem_message(e)))?;
     if certs.is_empty() {
-        return Err(error("no certificate in the file".to_owned()));
+        return Err(error(
+            "no certificate in the file (PEM \"CERTIFICATE\" blocks expected, leaf first)"
+                .to_owned(),
+        ));
     }
     Ok(certs)
 }
