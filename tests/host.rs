@@ -730,6 +730,71 @@ async fn sigterm_drains_in_flight_calls_and_exits_zero() {
     );
 }
 
+/// The built binary: a second signal during the drain (an operator pressing Ctrl-C again)
+/// ends it at once, long before `shutdown_timeout`; the call still in flight is cut, the
+/// log says so, and the exit status is 0 all the same (SPEC §2).
+#[tokio::test]
+async fn a_second_signal_ends_the_drain_at_once_and_exits_zero() {
+    let testbed = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let config = config_file(
+        "second-signal",
+        &format!(
+            "{}{}",
+            server_table("shutdown_timeout = \"60s\"\n"),
+            proxy_table("proxy", "/proxy", &testbed, "")
+        ),
+    );
+    let wharf = WharfProcess::start(&config);
+    let pid = wharf.pid();
+    let path = format!("/proxy?url={}", encode(&testbed.url("/slow?ms=50000")));
+    let mut stream = TcpStream::connect(&wharf.addr).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            testbed.hits("/slow") == 1
+        })
+        .await
+    );
+    wharf.signal("TERM");
+    // The drain has begun (the first signal was taken) once /readyz says not ready.
+    let readyz = format!("http://{}/readyz", wharf.admin);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            get(&readyz).await.status != 200
+        })
+        .await,
+        "no drain after SIGTERM"
+    );
+    let signalled = Instant::now();
+    wharf.signal("INT");
+    let Ok((status, logs)) = tokio::time::timeout(Duration::from_secs(10), wharf.wait()).await
+    else {
+        send_signal(pid, "KILL");
+        panic!("still draining 10 s after a second signal (shutdown_timeout is 60 s)");
+    };
+    assert!(status.success(), "exit {status:?}\n{logs}");
+    assert!(signalled.elapsed() < Duration::from_secs(10));
+    let cut = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| event["fields"]["ended_by"] == "second_signal")
+        .unwrap_or_else(|| panic!("no line on the cut drain:\n{logs}"));
+    assert_eq!(cut["fields"]["calls_cut"], 1, "{cut}");
+    // The cut call got no response: its connection was closed under it.
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response))
+        .await
+        .expect("the cut call's connection closed");
+    assert!(
+        !String::from_utf8_lossy(&response).starts_with("HTTP/1.1 200"),
+        "the call was not cut"
+    );
+    remove_config_file(&config);
+}
+
 /// The allocator must not advise its memory for transparent huge pages: each such 2 MiB page
 /// is zeroed whole at its first touch, which made start-up vary 5-46 ms on a VM and held ~13
 /// MiB more at idle (docs/pathologies.md, 003). Checked by the advice itself (`hg` in a

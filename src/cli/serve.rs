@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use std::sync::Arc;
+use tokio::sync::watch;
 use tracing::info;
 
 use wharf::{ConfigReloader, ServerOverrides};
@@ -90,7 +91,20 @@ pub(crate) async fn run(
     let preconnect = preconnect(&builder, &catalogue).await;
     let host = builder.bind().await.context("cannot start")?;
     // Before "wharf listening": whoever reads that line may signal at once.
-    let shutdown = shutdown_signal();
+    let signals = shutdown_signals();
+    let shutdown = {
+        let signals = signals.clone();
+        async move {
+            nth_signal(signals, 1).await;
+            info!("shutdown signal received");
+        }
+    };
+    // An operator who signals again (Ctrl-C twice) does not want to wait out
+    // `shutdown_timeout`, nor to need kill -9: the second signal ends the drain.
+    let cut = async move {
+        nth_signal(signals, 2).await;
+        info!("second shutdown signal: ending the drain");
+    };
     let reloader = path.map(|path| {
         let reloader = ConfigReloader::new(path, &config, catalogue, host.reloader(), overrides);
         host.on_reload(reloader.hook());
@@ -116,10 +130,17 @@ pub(crate) async fn run(
         exec_to_ready_ms = ready.as_secs_f64() * 1e3,
         "wharf listening"
     );
-    let summary = host.run(shutdown).await;
-    if summary.calls_cut > 0 {
+    let summary = host.run_until_cut(shutdown, cut).await;
+    if summary.cut_short {
         tracing::warn!(
             calls_cut = summary.calls_cut,
+            ended_by = "second_signal",
+            "second shutdown signal ended the drain; calls cut"
+        );
+    } else if summary.calls_cut > 0 {
+        tracing::warn!(
+            calls_cut = summary.calls_cut,
+            ended_by = "shutdown_timeout",
             "shutdown_timeout reached; calls cut"
         );
     }
@@ -220,52 +241,71 @@ fn reload_on_sighup(reloader: Option<Arc<ConfigReloader>>) {
     drop(reloader);
 }
 
-/// Watches SIGINT and SIGTERM from this call on, and resolves on the first of them. The
-/// handlers are installed here, not at the first poll: a signal sent as soon as
-/// "wharf listening" is logged must stop wharf cleanly, not kill it (default action).
+/// Counts SIGINT and SIGTERM from this call on: the receiver holds how many arrived. One
+/// watch for both the start of the drain (the first) and its end (the second, see
+/// [`run`]), so that a signal is counted once whichever of them is waiting. The handlers
+/// are installed here, not at the first poll: a signal sent as soon as "wharf listening"
+/// is logged must stop wharf cleanly, not kill it (default action). Call it inside the
+/// runtime.
+fn shutdown_signals() -> watch::Receiver<u32> {
+    let (count, counted) = watch::channel(0);
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |kind: SignalKind, name: &'static str| {
+            signal(kind)
+                .inspect_err(|error| {
+                    tracing::warn!(signal = name, error = %error, "cannot watch signal; it does not stop wharf");
+                })
+                .ok()
+        };
+        let mut interrupt = install(SignalKind::interrupt(), "SIGINT");
+        let mut terminate = install(SignalKind::terminate(), "SIGTERM");
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = recv_or_pending(interrupt.as_mut()) => {}
+                    () = recv_or_pending(terminate.as_mut()) => {}
+                }
+                count.send_modify(|count| *count += 1);
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            count.send_modify(|count| *count += 1);
+        }
+    });
+    counted
+}
+
+/// The next signal of `signal`; never, when it is not watched or its driver is gone (the
+/// loop above would spin on a closed stream).
+#[cfg(unix)]
+async fn recv_or_pending(signal: Option<&mut tokio::signal::unix::Signal>) {
+    if let Some(signal) = signal {
+        if signal.recv().await.is_some() {
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
+/// Resolves once `signals` has counted `nth` shutdown signals (at once if it has already).
+async fn nth_signal(mut signals: watch::Receiver<u32>, nth: u32) {
+    if signals.wait_for(|count| *count >= nth).await.is_err() {
+        // The counting task is gone (the runtime is shutting down): never.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM after this call (see [`shutdown_signals`]).
 /// Call it inside the runtime.
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    #[cfg(unix)]
-    let (interrupt, terminate) = {
-        use tokio::signal::unix::{signal, SignalKind};
-        (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        )
-    };
+    let signals = shutdown_signals();
     async move {
-        #[cfg(unix)]
-        {
-            let interrupt = async {
-                match interrupt {
-                    Ok(mut interrupt) => {
-                        interrupt.recv().await;
-                    }
-                    Err(_) => {
-                        let _ = tokio::signal::ctrl_c().await;
-                    }
-                }
-            };
-            let terminate = async {
-                match terminate {
-                    Ok(mut terminate) => {
-                        terminate.recv().await;
-                    }
-                    Err(error) => {
-                        tracing::warn!(error = %error, "cannot watch SIGTERM; only SIGINT stops wharf");
-                        std::future::pending::<()>().await;
-                    }
-                }
-            };
-            tokio::select! {
-                _ = interrupt => {}
-                _ = terminate => {}
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        nth_signal(signals, 1).await;
         info!("shutdown signal received");
     }
 }

@@ -276,11 +276,15 @@ pub struct Host {
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunSummary {
-    /// Calls still running when `shutdown_timeout` expired.
+    /// Calls still running when the drain ended: `shutdown_timeout` expired, or `cut`
+    /// of [`Host::run_until_cut`] resolved.
     pub calls_cut: usize,
+    /// The drain was ended by `cut` of [`Host::run_until_cut`] (in `wharf serve`, a second
+    /// SIGINT or SIGTERM), not by its sessions closing or `shutdown_timeout`.
+    pub cut_short: bool,
     /// What the drain left of `shutdown_timeout`, counted from the shutdown signal: the
     /// time left for work that ends after the host (queue deliverers handing back what
-    /// they hold).
+    /// they hold). Zero when the drain was cut short.
     pub shutdown_left: Duration,
 }
 
@@ -329,6 +333,18 @@ impl Host {
     /// Serves until `shutdown` resolves, then stops accepting, lets calls in
     /// flight finish for up to `shutdown_timeout`, and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> RunSummary {
+        self.run_until_cut(shutdown, std::future::pending()).await
+    }
+
+    /// As [`Host::run`], but the drain ends as soon as `cut` resolves, cutting the calls
+    /// still in flight: an operator who signals again during a long drain wants out now.
+    /// `cut` is polled only during the drain; one that resolved before it ends the drain at
+    /// once.
+    pub async fn run_until_cut(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+        cut: impl Future<Output = ()> + Send,
+    ) -> RunSummary {
         let Host {
             listener,
             cores: prepared,
@@ -413,20 +429,28 @@ impl Host {
         let in_flight = admin_state.inflight().len();
         info!(in_flight, sessions = sessions.open_now(), "draining");
         let _ = stop_sessions.send(true);
-        let drained =
-            tokio::time::timeout(server.shutdown_timeout, sessions.until_all_closed()).await;
-        let calls_cut = match drained {
-            Ok(()) => 0,
-            Err(_elapsed) => admin_state.inflight().len(),
+        let drained = tokio::time::timeout(server.shutdown_timeout, sessions.until_all_closed());
+        let (calls_cut, cut_short) = tokio::select! {
+            drained = drained => match drained {
+                Ok(()) => (0, false),
+                Err(_elapsed) => (admin_state.inflight().len(), false),
+            },
+            () = cut => (admin_state.inflight().len(), true),
         };
         // The cores' sessions are closed, or cut now with their runtimes.
         let _ = release_cores.send(true);
         cores::join(cores).await;
         admin_task.abort();
-        info!(calls_cut, "stopped");
+        info!(calls_cut, cut_short, "stopped");
         RunSummary {
             calls_cut,
-            shutdown_left: server.shutdown_timeout.saturating_sub(signalled.elapsed()),
+            cut_short,
+            // Cut short, nothing is left: what runs after the host gets only its minimum.
+            shutdown_left: if cut_short {
+                Duration::ZERO
+            } else {
+                server.shutdown_timeout.saturating_sub(signalled.elapsed())
+            },
         }
     }
 }
