@@ -1010,13 +1010,13 @@ if cold:
 # ------------------------------------------------------------------ first call after start, idle
 fc = load("first-call")
 # idle-GAP-TARGET.json, one side-by-side run per gap: IDLE[gap][target], the gap named as
-# wharf bench names it in its metrics (120s is "2m"); IDLE_ROUNDS[gap] its round count.
+# wharf bench names it in its metrics (whole seconds as "120s"); IDLE_ROUNDS[gap] its round count.
 IDLE, IDLE_ROUNDS, IDLE_KEEPALIVE, IDLE_NOTES = {}, {}, {}, {}
 IDLE_WARM = {}   # the warm calls of each phase, as the runs' settings give them
 
 
 def gap_seconds(g):
-    """A gap as wharf bench names it (20s, 2m) in seconds, for ordering."""
+    """A gap as wharf bench names it (20s, 120s, 500ms) in seconds, for ordering."""
     value, unit = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", g).groups()
     return float(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
 

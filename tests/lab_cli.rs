@@ -100,6 +100,22 @@ fn bench_idle_times_every_call_of_a_testbed_process_and_the_testbed_stops_on_sig
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["scenario"], "idle");
     assert_eq!(report["rounds"], 2);
+    // Durations as they would be given back on the command line: the default 60 s per-call
+    // timeout is `60s`, not `1m`.
+    let settings: Vec<String> = report["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{}={}",
+                s["name"].as_str().unwrap(),
+                s["value"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(settings.contains(&"gaps=200ms".to_owned()), "{settings:?}");
+    assert!(settings.contains(&"timeout=60s".to_owned()), "{settings:?}");
     // Per round: the warm calls and 5 warm new connections (the default) before the gap and
     // again after it, one call after the gap on the kept connection and one on a new
     // connection.
@@ -171,5 +187,145 @@ fn bench_refuses_bad_input_before_any_call() {
         assert!(!output.status.success(), "{args:?} was accepted: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{args:?} measured before failing");
+    }
+}
+
+#[test]
+fn bench_refuses_counts_out_of_range_and_zero_gaps_naming_the_flag() {
+    // Every count flag of every scenario has a maximum; a negative count, a zero gap and a
+    // gap given twice are refused too. Each message names the flag, the value and the
+    // bound. The targets' port 99999 makes a run that got past these checks fail at once
+    // (instead of measuring), with a message that says nothing of them.
+    let one = ["--target", "a=http://127.0.0.1:99999/fast"];
+    let two = [
+        "--target",
+        "a=http://127.0.0.1:99999/slow,http://127.0.0.1:99999/fast",
+    ];
+    let cases: [(&[&str], &[&str], &[&str]); 16] = [
+        (
+            &["burst", "--connections", "100001"],
+            &one,
+            &["--connections", "100001", "at most 100000"],
+        ),
+        (
+            &["burst", "--connections", "10000000000"],
+            &one,
+            &["--connections", "10000000000", "at most 100000"],
+        ),
+        (
+            &["burst", "--connections", "-5"],
+            &one,
+            &["--connections", "'-5'", "whole number from 1 to 100000"],
+        ),
+        (
+            &["responsiveness", "--slow-calls", "100001"],
+            &two,
+            &["--slow-calls", "100001", "at most 100000"],
+        ),
+        (
+            &["responsiveness", "--fast-calls", "-1"],
+            &two,
+            &["--fast-calls", "'-1'", "whole number from 1 to 100000"],
+        ),
+        (
+            &["throughput", "--concurrency", "10001"],
+            &one,
+            &["--concurrency", "10001", "at most 10000"],
+        ),
+        (
+            &["first-call", "--warm-calls", "1000001"],
+            &one,
+            &["--warm-calls", "1000001", "at most 1000000"],
+        ),
+        (
+            &["first-call", "--prime-calls", "-2"],
+            &one,
+            &["--prime-calls", "'-2'", "whole number from 0 to 1000000"],
+        ),
+        (
+            &["first-call", "--prime-calls", "1000001"],
+            &one,
+            &["--prime-calls", "1000001", "at most 1000000"],
+        ),
+        (
+            &["idle", "--warm-calls", "1000001"],
+            &one,
+            &["--warm-calls", "1000001", "at most 1000000"],
+        ),
+        (
+            &["cold-start", "--cmd", "true", "--runs", "1001"],
+            &one,
+            &["--runs", "1001", "at most 1000"],
+        ),
+        (
+            &["burst", "--connections", "1", "--rounds", "1001"],
+            &one,
+            &["--rounds", "1001", "at most 1000"],
+        ),
+        (
+            &["burst", "--connections", "1", "--rounds", "-3"],
+            &one,
+            &["--rounds", "'-3'", "whole number from 1 to 1000"],
+        ),
+        (
+            &["idle", "--gaps", "0s"],
+            &one,
+            &["gap of 0s", "above zero"],
+        ),
+        (
+            &["idle", "--gaps", "20s,0ms"],
+            &one,
+            &["gap of 0s", "above zero"],
+        ),
+        (&["idle", "--gaps", "2s,2000ms"], &one, &["gap 2s", "twice"]),
+    ];
+    for (scenario, target, says) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .arg("bench")
+            .args(scenario)
+            .arg("--quiet")
+            .args(target)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "{scenario:?} was accepted: {stderr}"
+        );
+        for said in says {
+            assert!(
+                stderr.contains(said),
+                "{scenario:?}: no {said:?} in {stderr}"
+            );
+        }
+        assert!(
+            output.stdout.is_empty(),
+            "{scenario:?} measured before failing"
+        );
+    }
+    // The largest counts pass these checks (and fail at the bad port, before any call).
+    for scenario in [
+        &["burst", "--connections", "100000", "--rounds", "1000"][..],
+        &["throughput", "--concurrency", "10000"],
+        &[
+            "first-call",
+            "--warm-calls",
+            "1000000",
+            "--prime-calls",
+            "1000000",
+        ],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .arg("bench")
+            .args(scenario)
+            .arg("--quiet")
+            .args(one)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("port 99999 is out of range"),
+            "{scenario:?}: {stderr}"
+        );
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use wharf_bench::limits;
 use wharf_bench::{
     Bench, BurstConfig, ColdStartConfig, FirstCallConfig, IdleConfig, ResponsivenessConfig,
     Scenario, Target, ThroughputConfig,
@@ -27,6 +28,10 @@ URL templates: the placeholder written '{' 'n' '}' (three characters, no quotes 
 clap's help cannot print it literally) in a URL's path or query is replaced by the call's
 number. Ending a proxied URL with %26i%3D and the placeholder makes every call's URL distinct
 (no cache hits, no coalescing); bench/compare.sh does this for its slow calls.
+
+Counts have a range, given in each flag's help (e.g. --connections 1 to 100000): a larger one
+is refused, naming the flag, before anything runs. Durations read back in the settings line in
+seconds or milliseconds (--timeout 1m shows as timeout=60s).
 
 Errors: refused connections, timeouts (--timeout, per call), non-2xx statuses and broken
 responses are counted as errors, never as fast responses; latencies are of successful calls.
@@ -49,8 +54,9 @@ pub(crate) struct BenchArgs {
     /// A target NAME=URL (responsiveness: NAME=SLOW_URL,FAST_URL); repeat to compare.
     #[arg(long = "target", value_name = "NAME=URL", global = true)]
     pub(crate) targets: Vec<String>,
-    /// Interleaved rounds (each measures every target once) [default: 1; cold-start: --runs].
-    #[arg(long, global = true)]
+    /// Interleaved rounds (each measures every target once), 1 to 1000 [default: 1;
+    /// cold-start: --runs].
+    #[arg(long, value_parser = rounds, allow_negative_numbers = true, global = true)]
     pub(crate) rounds: Option<u32>,
     /// Print the results as JSON on stdout instead of the table.
     #[arg(long, global = true)]
@@ -82,11 +88,11 @@ pub(crate) enum ScenarioArgs {
         /// The fast URL (e.g. http://127.0.0.1:9000/fast).
         #[arg(long)]
         fast: Option<String>,
-        /// Calls to the slow URL, started together.
-        #[arg(long, default_value_t = 25)]
+        /// Calls to the slow URL, started together (1 to 100000).
+        #[arg(long, default_value_t = 25, value_parser = at_once, allow_negative_numbers = true)]
         slow_calls: u32,
-        /// Calls to the fast URL, started together after --delay.
-        #[arg(long, default_value_t = 25)]
+        /// Calls to the fast URL, started together after --delay (1 to 100000).
+        #[arg(long, default_value_t = 25, value_parser = at_once, allow_negative_numbers = true)]
         fast_calls: u32,
         /// Pause between starting the slow calls and the fast ones.
         #[arg(long, value_parser = duration, default_value = "500ms")]
@@ -108,13 +114,13 @@ pub(crate) enum ScenarioArgs {
         /// Start this command first (shell words, no shell); one per --target, in order.
         #[arg(long)]
         cmd: Vec<String>,
-        /// Keep-alive calls after the first one, for the warm median.
-        #[arg(long, default_value_t = 50)]
+        /// Keep-alive calls after the first one, for the warm median (1 to 1000000).
+        #[arg(long, default_value_t = 50, value_parser = warm_calls, allow_negative_numbers = true)]
         warm_calls: u32,
         /// Calls made before the timed first one, on a connection of their own (closed
         /// after them); the first call then goes on a new connection. With 1 and a cached
-        /// URL, the first call is the first hit after the fill.
-        #[arg(long, default_value_t = 0)]
+        /// URL, the first call is the first hit after the fill (0 to 1000000).
+        #[arg(long, default_value_t = 0, value_parser = prime_calls, allow_negative_numbers = true)]
         prime_calls: u32,
         /// With --cmd: how long the command may take until its port accepts.
         #[arg(long, value_parser = duration, default_value = "60s")]
@@ -135,14 +141,15 @@ pub(crate) enum ScenarioArgs {
         /// The URL to call.
         #[arg(long)]
         url: Option<String>,
-        /// The idle gaps, comma-separated.
+        /// The idle gaps, comma-separated: each above zero, each once.
         #[arg(long, value_parser = duration, value_delimiter = ',', default_value = "20s,120s")]
         gaps: Vec<Duration>,
         /// Divide every gap by 10 (20s,120s becomes 2s,12s).
         #[arg(long)]
         quick: bool,
-        /// Warm calls on one keep-alive connection per warm phase (the keep-alive baseline).
-        #[arg(long, default_value_t = 20)]
+        /// Warm calls on one keep-alive connection per warm phase (the keep-alive baseline;
+        /// 1 to 1000000).
+        #[arg(long, default_value_t = 20, value_parser = warm_calls, allow_negative_numbers = true)]
         warm_calls: u32,
         /// Time only the call on a new connection after each gap, so each gap is waited once
         /// per round: for gaps past the targets' keep-alive timeouts, where a kept connection
@@ -159,8 +166,8 @@ pub(crate) enum ScenarioArgs {
         /// The URL to call.
         #[arg(long)]
         url: Option<String>,
-        /// Connections opened at once.
-        #[arg(long, default_value_t = 2000)]
+        /// Connections opened at once (1 to 100000).
+        #[arg(long, default_value_t = 2000, value_parser = at_once, allow_negative_numbers = true)]
         connections: u32,
     },
     /// Exec a command, time to its first 2xx response; stop it; repeat (seed 003).
@@ -176,8 +183,8 @@ pub(crate) enum ScenarioArgs {
         /// The command (shell words, no shell); one per --target, in order.
         #[arg(long)]
         cmd: Vec<String>,
-        /// Starts per target (interleaved across targets).
-        #[arg(long, default_value_t = 10)]
+        /// Starts per target (interleaved across targets; 1 to 1000).
+        #[arg(long, default_value_t = 10, value_parser = rounds, allow_negative_numbers = true)]
         runs: u32,
         /// How long a start may take until its first 2xx.
         #[arg(long, value_parser = duration, default_value = "60s")]
@@ -193,8 +200,8 @@ pub(crate) enum ScenarioArgs {
         /// The URL to call.
         #[arg(long)]
         url: Option<String>,
-        /// Connections, each with one call in flight at a time.
-        #[arg(long, default_value_t = 64)]
+        /// Connections, each with one call in flight at a time (1 to 10000).
+        #[arg(long, default_value_t = 64, value_parser = concurrency, allow_negative_numbers = true)]
         concurrency: u32,
         /// The measured window.
         #[arg(long, value_parser = duration, default_value = "10s")]
@@ -213,6 +220,36 @@ pub(crate) enum ScenarioArgs {
 /// Parses `500ms`, `20s`, `2m` (the config's duration syntax).
 fn duration(text: &str) -> Result<Duration, String> {
     wharf_config::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))
+}
+
+// The count flags' parsers: each reads a whole number within its `wharf_bench::limits`
+// range (why each maximum, there). The flags allow negative numbers so that
+// `--connections -5` reaches the parser ("must be a whole number from 1 to ...") rather than
+// clap's "unexpected argument '-5'".
+
+/// `--rounds`, `--runs`.
+fn rounds(text: &str) -> Result<u32, String> {
+    limits::ROUNDS.parse(text)
+}
+
+/// Calls started at once, a connection each: `--connections`, `--slow-calls`, `--fast-calls`.
+fn at_once(text: &str) -> Result<u32, String> {
+    limits::CONNECTIONS_AT_ONCE.parse(text)
+}
+
+/// `throughput --concurrency`.
+fn concurrency(text: &str) -> Result<u32, String> {
+    limits::CONCURRENCY.parse(text)
+}
+
+/// `--warm-calls` of `first-call` and `idle`.
+fn warm_calls(text: &str) -> Result<u32, String> {
+    limits::WARM_CALLS.parse(text)
+}
+
+/// `first-call --prime-calls`.
+fn prime_calls(text: &str) -> Result<u32, String> {
+    limits::PRIME_CALLS.parse(text)
 }
 
 /// The targets from `--target` and the scenario's own URL flags (not both).
@@ -444,6 +481,57 @@ mod tests {
             help.contains("round 1 runs A then B, round 2 B then A, round 3 A then B"),
             "{help}"
         );
+    }
+
+    #[test]
+    fn every_count_flag_is_read_within_its_limit_and_its_help_says_so() {
+        use clap::Args as _;
+        let command = BenchArgs::augment_args(clap::Command::new("bench"));
+        let flags = [
+            (None, "rounds", limits::ROUNDS),
+            (
+                Some("responsiveness"),
+                "slow_calls",
+                limits::CONNECTIONS_AT_ONCE,
+            ),
+            (
+                Some("responsiveness"),
+                "fast_calls",
+                limits::CONNECTIONS_AT_ONCE,
+            ),
+            (Some("first-call"), "warm_calls", limits::WARM_CALLS),
+            (Some("first-call"), "prime_calls", limits::PRIME_CALLS),
+            (Some("idle"), "warm_calls", limits::WARM_CALLS),
+            (Some("burst"), "connections", limits::CONNECTIONS_AT_ONCE),
+            (Some("cold-start"), "runs", limits::ROUNDS),
+            (Some("throughput"), "concurrency", limits::CONCURRENCY),
+        ];
+        for (scenario, id, limit) in flags {
+            let owner = scenario.map_or(&command, |name| {
+                command.find_subcommand(name).expect("a scenario")
+            });
+            let arg = owner
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("{scenario:?} has no {id}"));
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            let range = format!("{} to {}", limit.min, limit.max);
+            assert!(
+                help.contains(&range),
+                "{scenario:?} --{id}: {help:?} lacks {range}"
+            );
+            assert!(arg.is_allow_negative_numbers_set(), "{scenario:?} --{id}");
+            // The flag's parser is the limit's: one past the maximum is refused, by name.
+            let flag = format!("--{}", arg.get_long().expect("a long flag"));
+            let too_many = (limit.max + 1).to_string();
+            let words = ["bench", scenario.unwrap_or("burst"), &flag, &too_many];
+            let error = command.clone().try_get_matches_from(words).unwrap_err();
+            let text = error.to_string();
+            assert!(
+                text.contains(&flag) && text.contains(&format!("at most {}", limit.max)),
+                "{words:?}: {text}"
+            );
+        }
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! - [`stats`]: HDR histograms, latency figures, error counts, medians;
 //! - [`scenarios`]: `responsiveness`, `first-call`, `idle`, `burst`, `cold-start`,
 //!   `throughput`, a file each;
-//! - [`rusage`]: the client's CPU load, the open-files limit.
+//! - [`rusage`]: the client's CPU load, the open-files limit;
+//! - [`limits`]: the range of every count a run takes (calls, connections, rounds).
 //!
 //! Calls that fail (connect errors, timeouts, non-2xx statuses, broken responses) are
 //! counted as errors and never recorded as latencies, so they can never pass for fast
@@ -40,6 +41,7 @@
 
 pub mod client;
 mod error;
+pub mod limits;
 mod progress;
 pub mod report;
 pub mod rusage;
@@ -200,7 +202,8 @@ pub struct Bench {
     pub scenario: Scenario,
     /// What to measure; ratios are to the first.
     pub targets: Vec<Target>,
-    /// Interleaved rounds (each measures every target once); at least 1.
+    /// Interleaved rounds (each measures every target once); 1 to [`limits::ROUNDS`]'s
+    /// maximum (1000).
     pub rounds: u32,
     /// Bound on each call, connect to last body byte (default [`DEFAULT_TIMEOUT`]).
     pub timeout: Duration,
@@ -351,6 +354,12 @@ fn check(bench: &Bench) -> Result<(), BenchError> {
     if bench.rounds == 0 {
         return Err(BenchError::Settings("rounds must be at least 1".into()));
     }
+    // Cold-start's runs are its rounds (`--runs`).
+    let rounds_flag = match bench.scenario {
+        Scenario::ColdStart(_) => "--runs",
+        _ => "--rounds",
+    };
+    limits::ROUNDS.check(rounds_flag, bench.rounds)?;
     // A zero bound does not fail every call: a call whose socket happens to be ready at the
     // first poll still passes, so the results would depend on luck.
     if bench.timeout.is_zero() {
@@ -495,6 +504,132 @@ mod tests {
             matches!(&error, BenchError::Settings(why) if why.contains("timeout must be above zero")),
             "{error}"
         );
+    }
+
+    #[tokio::test]
+    async fn counts_above_their_maximum_are_refused_naming_the_flag() {
+        // Port 99999 fails a run that passes the checks at once, before any call.
+        let bench = |scenario: Scenario, rounds| {
+            let mut target = Target::new("a", "http://127.0.0.1:99999/");
+            match scenario {
+                Scenario::Responsiveness(_) => target.fast_url = Some(target.url.clone()),
+                Scenario::ColdStart(_) => target.command = Some(vec!["true".into()]),
+                _ => {}
+            }
+            let mut bench = Bench::new(scenario, vec![target]);
+            bench.rounds = rounds;
+            bench
+        };
+        let responsiveness = |slow_calls, fast_calls| {
+            Scenario::Responsiveness(ResponsivenessConfig {
+                slow_calls,
+                fast_calls,
+                ..ResponsivenessConfig::default()
+            })
+        };
+        let first_call = |warm_calls, prime_calls, warm_new_connections| {
+            Scenario::FirstCall(FirstCallConfig {
+                warm_calls,
+                prime_calls,
+                warm_new_connections,
+                ..FirstCallConfig::default()
+            })
+        };
+        let idle = |warm_calls, warm_new_connections| {
+            Scenario::Idle(IdleConfig {
+                warm_calls,
+                warm_new_connections,
+                ..IdleConfig::default()
+            })
+        };
+        let burst = |connections| Scenario::Burst(BurstConfig { connections });
+        let throughput = |concurrency| {
+            Scenario::Throughput(ThroughputConfig {
+                concurrency,
+                ..ThroughputConfig::default()
+            })
+        };
+        let cold_start = Scenario::ColdStart(ColdStartConfig::default());
+        // (scenario, rounds, what the refusal says)
+        let refused = [
+            (
+                burst(100_001),
+                1,
+                "--connections 100001 is too many: at most 100000",
+            ),
+            (
+                burst(u32::MAX),
+                1,
+                "--connections 4294967295 is too many: at most 100000",
+            ),
+            (
+                responsiveness(100_001, 1),
+                1,
+                "--slow-calls 100001 is too many: at most 100000",
+            ),
+            (
+                responsiveness(1, 100_001),
+                1,
+                "--fast-calls 100001 is too many: at most 100000",
+            ),
+            (
+                throughput(10_001),
+                1,
+                "--concurrency 10001 is too many: at most 10000",
+            ),
+            (
+                first_call(1_000_001, 0, 1),
+                1,
+                "--warm-calls 1000001 is too many: at most 1000000",
+            ),
+            (
+                first_call(1, 1_000_001, 1),
+                1,
+                "--prime-calls 1000001 is too many: at most 1000000",
+            ),
+            (
+                first_call(1, 0, 10_001),
+                1,
+                "warm_new_connections 10001 is too many: at most 10000",
+            ),
+            (
+                idle(1_000_001, 1),
+                1,
+                "--warm-calls 1000001 is too many: at most 1000000",
+            ),
+            (
+                idle(1, 10_001),
+                1,
+                "warm_new_connections 10001 is too many: at most 10000",
+            ),
+            (burst(1), 1001, "--rounds 1001 is too many: at most 1000"),
+            (
+                cold_start.clone(),
+                1001,
+                "--runs 1001 is too many: at most 1000",
+            ),
+        ];
+        for (scenario, rounds, says) in refused {
+            let error = run(&bench(scenario, rounds)).await.unwrap_err();
+            assert!(
+                matches!(&error, BenchError::Settings(why) if why.starts_with(says)),
+                "{says}: {error}"
+            );
+        }
+        // Each maximum itself passes the checks (the run then fails at the port).
+        let accepted = [
+            (burst(100_000), 1000),
+            (responsiveness(100_000, 100_000), 1),
+            (throughput(10_000), 1),
+            (first_call(1_000_000, 1_000_000, 10_000), 1),
+            (idle(1_000_000, 10_000), 1),
+            (cold_start, 1000),
+        ];
+        for (scenario, rounds) in accepted {
+            let name = scenario.name();
+            let error = run(&bench(scenario, rounds)).await.unwrap_err();
+            assert!(matches!(error, BenchError::Url { .. }), "{name}: {error}");
+        }
     }
 
     #[tokio::test]

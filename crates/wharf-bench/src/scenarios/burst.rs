@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
+use crate::limits;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{
     join_all, nearest_rank, read_quantile_ms, setting, timeline, ClassRound, Ctx, Outcome,
@@ -31,7 +32,8 @@ use crate::BenchError;
 /// Settings of `burst`.
 #[derive(Debug, Clone)]
 pub struct BurstConfig {
-    /// New connections opened at once, one call each (default 2000).
+    /// New connections opened at once, one call each (default 2000; 1 to 100,000,
+    /// [`limits::CONNECTIONS_AT_ONCE`](crate::limits::CONNECTIONS_AT_ONCE)).
     pub connections: u32,
 }
 
@@ -56,7 +58,7 @@ impl BurstConfig {
                 "burst needs at least one connection".into(),
             ));
         }
-        Ok(())
+        limits::CONNECTIONS_AT_ONCE.check("--connections", self.connections)
     }
 }
 

@@ -23,6 +23,7 @@
 use std::time::{Duration, Instant};
 
 use crate::client::{bounded, keep_alive_call, CallError, Conn, Endpoint};
+use crate::limits;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::cold_start::ensure_not_listening;
 use crate::scenarios::process::{self, Started};
@@ -32,12 +33,15 @@ use crate::BenchError;
 /// Settings of `first-call`.
 #[derive(Debug, Clone)]
 pub struct FirstCallConfig {
-    /// Keep-alive calls after the first one, for the warm median (default 50).
+    /// Keep-alive calls after the first one, for the warm median (default 50; 1 to
+    /// 1,000,000, [`limits::WARM_CALLS`]).
     pub warm_calls: u32,
-    /// Calls made (on a connection of their own) before the timed first one (default 0).
+    /// Calls made (on a connection of their own) before the timed first one (default 0; at
+    /// most 1,000,000, [`limits::PRIME_CALLS`]).
     pub prime_calls: u32,
     /// Calls after the keep-alive ones, each on a new connection, connect included: the
-    /// baseline for the first call with its connect (default 5).
+    /// baseline for the first call with its connect (default 5; 1 to 10,000,
+    /// [`limits::WARM_NEW_CONNECTIONS`]).
     pub warm_new_connections: u32,
     /// With a command: how long it may take until its port accepts (default 60 s).
     pub start_timeout: Duration,
@@ -80,7 +84,9 @@ impl FirstCallConfig {
                 "first-call needs at least one warm call and one warm new-connection call".into(),
             ));
         }
-        Ok(())
+        limits::WARM_CALLS.check("--warm-calls", self.warm_calls)?;
+        limits::PRIME_CALLS.check("--prime-calls", self.prime_calls)?;
+        limits::WARM_NEW_CONNECTIONS.check("warm_new_connections", self.warm_new_connections)
     }
 }
 

@@ -24,6 +24,7 @@
 use std::time::{Duration, Instant};
 
 use crate::client::{fresh_call, keep_alive_call, Endpoint, Req};
+use crate::limits;
 use crate::progress::ticks;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{human, ratio, setting, ClassRound, Ctx, Prepared, Round};
@@ -32,13 +33,14 @@ use crate::BenchError;
 /// Settings of `idle`.
 #[derive(Debug, Clone)]
 pub struct IdleConfig {
-    /// The idle gaps, each waited twice per round (default 20 s and 120 s).
+    /// The idle gaps, each waited twice per round (default 20 s and 120 s); at least one,
+    /// each 1 ms or more and given once (each names its own figures).
     pub gaps: Vec<Duration>,
     /// Warm calls on one keep-alive connection for the keep-alive baseline, per warm phase
-    /// (default 20).
+    /// (default 20; 1 to 1,000,000, [`limits::WARM_CALLS`]).
     pub warm_calls: u32,
     /// Warm calls on new connections for the new-connection baseline, per warm phase
-    /// (default 5).
+    /// (default 5; 1 to 10,000, [`limits::WARM_NEW_CONNECTIONS`]).
     pub warm_new_connections: u32,
     /// Whether to time a keep-alive connection after each gap too (default true); off, each
     /// gap is waited once per round, for the call on a new connection only.
@@ -84,12 +86,39 @@ impl IdleConfig {
     }
 
     pub(crate) fn check(&self) -> Result<(), BenchError> {
-        if self.gaps.is_empty() || self.warm_calls == 0 || self.warm_new_connections == 0 {
-            return Err(BenchError::Settings(
-                "idle needs at least one gap, one warm call and one warm new connection".into(),
-            ));
+        let refuse = |why: String| Err(BenchError::Settings(why));
+        if self.gaps.is_empty() {
+            return refuse("idle needs at least one gap (e.g. --gaps 20s,120s)".into());
         }
-        Ok(())
+        for (i, &gap) in self.gaps.iter().enumerate() {
+            if gap.is_zero() {
+                return refuse(
+                    "a gap of 0s leaves no idle time to measure: give gaps above zero \
+                     (e.g. --gaps 20s,120s)"
+                        .into(),
+                );
+            }
+            // Only the API or --quick (a tenth of a gap under 10 ms) can give one: no idle
+            // time either, a call's own wake-ups take longer.
+            if gap < Duration::from_millis(1) {
+                return refuse(format!(
+                    "a gap of {gap:?} is under 1ms, the shortest idle gap (--quick divides \
+                     each gap by 10)"
+                ));
+            }
+            // The figures are named by their gap: a second one would be dropped.
+            if self.gaps[..i].contains(&gap) {
+                return refuse(format!(
+                    "gap {} is given twice: give each gap once (its figures are named by it)",
+                    human(gap)
+                ));
+            }
+        }
+        if self.warm_calls == 0 || self.warm_new_connections == 0 {
+            return refuse("idle needs at least one warm call and one warm new connection".into());
+        }
+        limits::WARM_CALLS.check("--warm-calls", self.warm_calls)?;
+        limits::WARM_NEW_CONNECTIONS.check("warm_new_connections", self.warm_new_connections)
     }
 }
 
@@ -302,6 +331,42 @@ mod tests {
         assert_eq!(one.baseline(), Some(0.2));
         assert_eq!(one.spread_note("new-connection"), None);
         assert_eq!(phases(None, None).baseline(), None);
+    }
+
+    #[test]
+    fn gaps_must_be_given_above_zero_and_once() {
+        let with_gaps = |gaps: &[u64]| IdleConfig {
+            gaps: gaps.iter().copied().map(Duration::from_millis).collect(),
+            ..IdleConfig::default()
+        };
+        for (gaps, says) in [
+            (
+                &[][..],
+                "idle needs at least one gap (e.g. --gaps 20s,120s)",
+            ),
+            (
+                &[0],
+                "a gap of 0s leaves no idle time to measure: give gaps above zero",
+            ),
+            (&[20_000, 0], "a gap of 0s leaves no idle time"),
+            (&[2000, 5000, 2000], "gap 2s is given twice"),
+        ] {
+            let error = with_gaps(gaps).check().unwrap_err();
+            assert!(error.to_string().starts_with(says), "{gaps:?}: {error}");
+        }
+        // --quick takes a 5 ms gap under 1 ms.
+        let error = with_gaps(&[5]).quick().check().unwrap_err();
+        assert!(error.to_string().contains("500µs is under 1ms"), "{error}");
+        assert!(with_gaps(&[1, 20_000]).check().is_ok());
+    }
+
+    #[test]
+    fn the_settings_give_the_gaps_as_they_are_written_on_the_command_line() {
+        let settings = IdleConfig::default().settings();
+        assert_eq!(
+            (settings[0].name.as_str(), settings[0].value.as_str()),
+            ("gaps", "20s,120s")
+        );
     }
 
     #[test]

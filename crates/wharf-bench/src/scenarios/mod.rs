@@ -402,17 +402,20 @@ pub(crate) async fn join_all<T>(
     outcomes
 }
 
-/// `d` as the reports write it: `500ms`, `20s`, `2m30s`.
+/// `d` as the reports write it, as it could be given back on the command line: whole
+/// seconds in `s` (`20s`, `60s`, `120s`), else milliseconds (`500ms`, `1500ms`). One unit
+/// per kind of value, whatever was typed: `--timeout 1m` reads back `timeout=60s`. The
+/// `idle` figures are named with it too (`keepalive_after_120s_ms`). Only a duration with a
+/// fraction of a millisecond (from the API) is written otherwise (`1.5ms`).
 pub(crate) fn human(d: Duration) -> String {
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return format!("{d:?}");
+    }
     let ms = d.as_millis();
-    if ms < 1000 || ms % 1000 != 0 {
-        format!("{ms}ms")
-    } else if ms % 60_000 == 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms > 60_000 {
-        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
-    } else {
+    if ms % 1000 == 0 {
         format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
     }
 }
 
@@ -474,8 +477,25 @@ mod tests {
         assert_eq!(human(Duration::from_millis(500)), "500ms");
         assert_eq!(human(Duration::from_millis(1500)), "1500ms");
         assert_eq!(human(Duration::from_secs(20)), "20s");
-        assert_eq!(human(Duration::from_secs(120)), "2m");
-        assert_eq!(human(Duration::from_secs(150)), "2m30s");
+        // Whole minutes stay in seconds, as the flags' defaults are written (`60s`).
+        assert_eq!(human(Duration::from_secs(60)), "60s");
+        assert_eq!(human(Duration::from_secs(120)), "120s");
+        assert_eq!(human(Duration::from_secs(150)), "150s");
+        assert_eq!(human(Duration::from_secs(3600)), "3600s");
+        assert_eq!(human(Duration::ZERO), "0s");
+        assert_eq!(human(Duration::from_micros(1500)), "1.5ms");
+        // Each reads back to the same duration.
+        for d in [500, 1500, 20_000, 60_000, 150_000, 3_600_000].map(Duration::from_millis) {
+            assert_eq!(parse_back(&human(d)), d, "{d:?}");
+        }
+    }
+
+    /// A duration as the command line reads it (`ms` or `s`), for the test above.
+    fn parse_back(text: &str) -> Duration {
+        match text.strip_suffix("ms") {
+            Some(ms) => Duration::from_millis(ms.parse().unwrap()),
+            None => Duration::from_secs(text.strip_suffix('s').unwrap().parse().unwrap()),
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Endpoint;
+use crate::limits;
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{
     human, join_all, read_quantile_ms, setting, timeline, ClassRound, Ctx, Outcome, Prepared,
@@ -26,9 +27,11 @@ use crate::BenchError;
 /// Settings of `responsiveness`.
 #[derive(Debug, Clone)]
 pub struct ResponsivenessConfig {
-    /// Calls to the slow URL, all started at once (default 25).
+    /// Calls to the slow URL, all started at once (default 25; 1 to 100,000,
+    /// [`limits::CONNECTIONS_AT_ONCE`]).
     pub slow_calls: u32,
-    /// Calls to the fast URL, all started at once `delay` after the slow ones (default 25).
+    /// Calls to the fast URL, all started at once `delay` after the slow ones (default 25;
+    /// 1 to 100,000, [`limits::CONNECTIONS_AT_ONCE`]).
     pub fast_calls: u32,
     /// Pause between starting the slow calls and starting the fast ones (default 500 ms).
     pub delay: Duration,
@@ -63,7 +66,8 @@ impl ResponsivenessConfig {
                 "responsiveness needs at least one slow and one fast call".into(),
             ));
         }
-        Ok(())
+        limits::CONNECTIONS_AT_ONCE.check("--slow-calls", self.slow_calls)?;
+        limits::CONNECTIONS_AT_ONCE.check("--fast-calls", self.fast_calls)
     }
 }
 

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::{keep_alive_call, CallError, Endpoint};
+use crate::limits;
 use crate::progress::{ticks, Progress};
 use crate::report::{Better, Setting, Unit};
 use crate::scenarios::{human, setting, ClassRound, Ctx, Prepared, Round};
@@ -38,7 +39,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(10);
 /// Settings of `throughput`.
 #[derive(Debug, Clone)]
 pub struct ThroughputConfig {
-    /// Workers, each with one keep-alive connection and one call at a time (default 64).
+    /// Workers, each with one keep-alive connection and one call at a time (default 64; 1
+    /// to 10,000, [`limits::CONCURRENCY`]).
     pub concurrency: u32,
     /// The measured window (default 10 s).
     pub duration: Duration,
@@ -75,7 +77,7 @@ impl ThroughputConfig {
                 "throughput needs a concurrency and a duration above zero".into(),
             ));
         }
-        Ok(())
+        limits::CONCURRENCY.check("--concurrency", self.concurrency)
     }
 }
 

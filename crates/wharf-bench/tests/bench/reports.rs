@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use wharf_bench::report::{html, json, table};
-use wharf_bench::{ResponsivenessConfig, Scenario, Target};
+use wharf_bench::{FirstCallConfig, ResponsivenessConfig, Scenario, Target};
 
 use crate::support::{bench, run, testbed};
 
@@ -91,6 +91,31 @@ async fn table_shows_every_target_with_ratios() {
     assert!(text.contains("client cpu"));
     assert!(text.contains("client cores busy"));
     assert!(text.contains("notes:"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_give_durations_as_the_command_line_takes_them() {
+    // A minute is `60s` (as `--timeout` and `--start-timeout` are written by default), not
+    // `1m`; under a second, milliseconds.
+    let tb = testbed().await;
+    let config = FirstCallConfig {
+        warm_calls: 2,
+        warm_new_connections: 1,
+        ..FirstCallConfig::default()
+    };
+    let mut b = bench(
+        Scenario::FirstCall(config),
+        vec![Target::new("t", tb.url("/fast"))],
+    );
+    b.timeout = Duration::from_secs(60);
+    let text = table::render(&run(&b).await);
+    assert!(
+        text.contains(
+            "settings: warm_calls=2 prime_calls=0 warm_new_connections=1 start_timeout=60s \
+             poll_interval=5ms timeout=60s\n"
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
