@@ -134,6 +134,20 @@ fn spawn_backend_counting(
     poison: &'static str,
     attempts: Attempts,
 ) {
+    spawn_backend_ordered(listener, seen, poison, attempts, Order::default());
+}
+
+/// What the test backend saw: the body of each request, in order.
+type Order = Arc<Mutex<Vec<Bytes>>>;
+
+/// [`spawn_backend_counting`], also recording each request's body in `order`.
+fn spawn_backend_ordered(
+    listener: TcpListener,
+    seen: Seen,
+    poison: &'static str,
+    attempts: Attempts,
+    order: Order,
+) {
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -141,10 +155,12 @@ fn spawn_backend_counting(
             };
             let seen = seen.clone();
             let attempts = attempts.clone();
+            let order = order.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let seen = seen.clone();
                     let attempts = attempts.clone();
+                    let order = order.clone();
                     async move {
                         let delivery = request
                             .headers()
@@ -160,6 +176,7 @@ fn spawn_backend_counting(
                             .unwrap_or("")
                             .to_owned();
                         let body = request.into_body().collect().await.unwrap().to_bytes();
+                        order.lock().unwrap().push(body.clone());
                         let status = if body == poison.as_bytes() {
                             StatusCode::INTERNAL_SERVER_ERROR
                         } else {
@@ -501,6 +518,256 @@ async fn a_message_held_at_sigterm_is_handed_back_at_once_with_no_attempt_used()
         *attempts.lock().unwrap(),
         ["1", "2"],
         "attempts numbered from 1, the time held not counted"
+    );
+    second.stop().await;
+}
+
+/// How a dead letter fails in [`a_dead_letter_that_cannot_be_stored_is_retried_without_calling_the_backend_again`].
+#[derive(Clone, Copy, Debug)]
+enum DeadLetterFault {
+    /// A stream captures the dead-letter subject but refuses any message over 1 byte.
+    Refused,
+    /// No stream captures the dead-letter subject.
+    NoStream,
+}
+
+/// Audit regression: a poison message whose dead letter could not be published was nak'd,
+/// and each later delivery POSTed it to the backend again, past `max_deliver`, for as long
+/// as the dead letter failed (and with no stream capturing the dead-letter subject, a plain
+/// publish nobody heard counted as done: the message was removed and lost). Now the backend
+/// gets `max_deliver` attempts and no more; the message is kept while only its dead letter is
+/// retried, with a WARN naming the service and why, and removed once the dead letter is
+/// stored.
+#[tokio::test]
+async fn a_dead_letter_that_cannot_be_stored_is_retried_without_calling_the_backend_again() {
+    use async_nats::jetstream::stream::{Config, RetentionPolicy, StorageType};
+    if !nats_up("queue").await {
+        return;
+    }
+    for fault in [DeadLetterFault::Refused, DeadLetterFault::NoStream] {
+        let (stream, subject) = names("deadfail");
+        let dead_stream = format!("{stream}_DEAD");
+        let dead_subject = format!("{subject}.dead");
+        let _cleanup = (
+            StreamGuard {
+                stream: stream.clone(),
+            },
+            StreamGuard {
+                stream: dead_stream.clone(),
+            },
+        );
+        let client = async_nats::connect(NATS).await.unwrap();
+        let jetstream = async_nats::jetstream::new(client);
+        // The queue's stream, made here without the dead-letter subject (wharf uses a
+        // stream it finds as it is).
+        jetstream
+            .create_stream(Config {
+                name: stream.clone(),
+                subjects: vec![subject.clone()],
+                storage: StorageType::File,
+                retention: RetentionPolicy::WorkQueue,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut dead_config = Config {
+            name: dead_stream.clone(),
+            subjects: vec![dead_subject.clone()],
+            storage: StorageType::Memory,
+            max_message_size: 1,
+            ..Default::default()
+        };
+        if let DeadLetterFault::Refused = fault {
+            jetstream.create_stream(dead_config.clone()).await.unwrap();
+        }
+
+        let seen: Seen = Arc::default();
+        let attempts = Attempts::default();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let backend_addr = listener.local_addr().unwrap();
+        spawn_backend_counting(listener, seen.clone(), "poison", attempts.clone());
+        let toml = queue_toml(
+            &stream,
+            &subject,
+            backend_addr,
+            "max_deliver = 2\nbackoff = \"50ms\"\nack_wait = \"2s\"",
+        );
+        let config = config_file("queue-deadfail", &format!("{}{toml}", server_table("")));
+        let wharf = WharfProcess::start(&config);
+        let metrics = format!("http://{}/metrics", wharf.admin);
+        let id = publish(&wharf.url("/jobs"), "poison").await;
+
+        // Two deliveries past max_deliver (nak'd for 100 ms, then 200 ms, after the dead
+        // letter failed): they must not reach the backend, nor lose the message.
+        let queued = || async {
+            let mut queue = jetstream.get_stream(&stream).await.unwrap();
+            queue.info().await.unwrap().state.messages
+        };
+        let retried = poll_until(Duration::from_secs(10), || async {
+            let queue = jetstream.get_stream(&stream).await.unwrap();
+            let consumer = queue.consumer_info("wharf_jobs").await;
+            let deliveries = consumer.map_or(0, |info| info.delivered.consumer_sequence);
+            deliveries >= 4 || queued().await == 0
+        })
+        .await;
+        assert_eq!(
+            *attempts.lock().unwrap(),
+            ["1", "2"],
+            "{fault:?}: the backend was called past max_deliver while the dead letter failed"
+        );
+        assert_eq!(
+            queued().await,
+            1,
+            "{fault:?}: the message is kept while its dead letter fails"
+        );
+        assert!(
+            retried,
+            "{fault:?}: the dead letter was tried again within 10 s"
+        );
+
+        // The dead-letter stream takes the next try: the message is dead-lettered and removed.
+        dead_config.max_message_size = -1;
+        match fault {
+            DeadLetterFault::Refused => jetstream.update_stream(&dead_config).await.map(drop),
+            DeadLetterFault::NoStream => jetstream.create_stream(&dead_config).await.map(drop),
+        }
+        .unwrap();
+        let stored = poll_until(Duration::from_secs(10), || async {
+            let mut dead = jetstream.get_stream(&dead_stream).await.unwrap();
+            dead.info().await.unwrap().state.messages == 1 && queued().await == 0
+        })
+        .await;
+        assert!(
+            stored,
+            "{fault:?}: dead letter stored and the message removed within 10 s"
+        );
+        let dead = jetstream
+            .get_stream(&dead_stream)
+            .await
+            .unwrap()
+            .get_raw_message(1)
+            .await
+            .unwrap();
+        assert_eq!(dead.payload.as_ref(), b"poison");
+        let header = |name: &str| dead.headers.get(name).map(|v| v.as_str().to_owned());
+        assert_eq!(header("x-wharf-message-id").as_deref(), Some(id.as_str()));
+        assert_eq!(header("x-wharf-deliveries").as_deref(), Some("2"));
+        let reason = header("x-wharf-dead-reason").unwrap_or_default();
+        assert!(reason.contains("2 attempts used up"), "{fault:?}: {reason}");
+        assert!(
+            poll_until(Duration::from_secs(5), || async {
+                metric_at(
+                    &metrics,
+                    "wharf_queue_dead_lettered_total{service=\"jobs\"}",
+                )
+                .await
+                    == 1.0
+            })
+            .await,
+            "{fault:?}: wharf_queue_dead_lettered_total never reached 1"
+        );
+        assert_eq!(*attempts.lock().unwrap(), ["1", "2"], "{fault:?}");
+
+        wharf.signal("TERM");
+        let (status, logs) = wharf.wait().await;
+        remove_config_file(&config);
+        assert!(status.success(), "{fault:?}: {status}\n{logs}");
+        let warned = logs
+            .lines()
+            .find(|line| line.contains("dead letter not published"))
+            .unwrap_or_else(|| panic!("{fault:?}: no warning for the failed dead letter:\n{logs}"));
+        let event: serde_json::Value = serde_json::from_str(warned).unwrap();
+        assert_eq!(event["level"], "WARN", "{warned}");
+        assert_eq!(event["fields"]["service"], "jobs", "{warned}");
+        assert_eq!(event["fields"]["id"], id.as_str(), "{warned}");
+        let error = event["fields"]["error"].as_str().unwrap_or_default();
+        match fault {
+            DeadLetterFault::Refused => assert!(!error.is_empty(), "{warned}"),
+            DeadLetterFault::NoStream => assert!(
+                error.contains("no stream captures") && error.contains(&dead_subject),
+                "{warned}"
+            ),
+        }
+    }
+}
+
+/// The order a hand-back gives (docs/configuration.md, `type = "queue"`): a message handed
+/// back at SIGTERM is stored again as a copy at the stream's tail, so it is delivered after
+/// the messages that were waiting in the stream when it was handed back. With one delivery
+/// slot, "first" is held (backend down) while "second" waits; the next wharf delivers
+/// "second", then "first" (with no attempt used: `x-wharf-delivery: 1`).
+#[tokio::test]
+async fn a_handed_back_message_goes_behind_the_messages_waiting_in_the_stream() {
+    if !nats_up("queue").await {
+        return;
+    }
+    let (stream, subject) = names("handorder");
+    let _cleanup = StreamGuard {
+        stream: stream.clone(),
+    };
+    // The backend's port, with nothing listening on it yet: connections are refused.
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    drop(backend);
+    let toml = queue_toml(
+        &stream,
+        &subject,
+        backend_addr,
+        "concurrency = 1\nbackoff = \"100ms\"\nack_wait = \"30s\"",
+    );
+    let config = config_file("queue-handorder", &format!("{}{toml}", server_table("")));
+    let first = WharfProcess::start(&config);
+    let url = first.url("/jobs");
+    let held = publish(&url, "first").await;
+    let metrics = format!("http://{}/metrics", first.admin);
+    assert!(
+        poll_until(Duration::from_secs(5), || async {
+            metric_at(
+                &metrics,
+                "wharf_queue_retried_total{service=\"jobs\",reason=\"unreachable\"}",
+            )
+            .await
+                >= 1.0
+        })
+        .await,
+        "the deliverer held the first message while the backend was down"
+    );
+    // The only delivery slot is taken: this one waits in the stream.
+    let waiting = publish(&url, "second").await;
+    first.signal("TERM");
+    let (status, logs) = first.wait().await;
+    remove_config_file(&config);
+    assert!(status.success(), "{status}\n{logs}");
+
+    let seen: Seen = Arc::default();
+    let attempts = Attempts::default();
+    let order = Order::default();
+    let listener = TcpListener::bind(backend_addr).await.unwrap();
+    spawn_backend_ordered(
+        listener,
+        seen.clone(),
+        "never",
+        attempts.clone(),
+        order.clone(),
+    );
+    let second = start_wharf(&toml).await;
+    assert!(
+        poll_until(Duration::from_secs(10), || async {
+            let seen = seen.lock().unwrap();
+            seen.contains_key(&held) && seen.contains_key(&waiting)
+        })
+        .await,
+        "both delivered within 10 s"
+    );
+    assert_eq!(
+        *order.lock().unwrap(),
+        [Bytes::from_static(b"second"), Bytes::from_static(b"first")],
+        "the handed-back copy is delivered after the message that waited in the stream"
+    );
+    assert_eq!(
+        *attempts.lock().unwrap(),
+        ["1", "1"],
+        "no attempt used by the hold"
     );
     second.stop().await;
 }
