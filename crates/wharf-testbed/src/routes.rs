@@ -79,7 +79,7 @@ wharf testbed endpoints (GET unless said; bad parameters: 400 JSON)
 /bytes/N                                       N pattern bytes, cacheable, etag (If-None-Match: 304)
 /stock/CODE?ms=6000                            JSON quote after ms
 /echo                                          any method: request back as JSON
-/status/CODE                                   that status (200-599); 3xx: location /fast
+/status/CODE                                   that status (200-599); 3xx but 304: location /fast
 /truncate?bytes=1024[&chunked=1]               declares 2N (1 if N=0), sends N, aborts
 /stall?bytes=1024&ms=6000                      content-length 2N: N bytes, pause ms, N bytes
 /delay-headers?ms=1000&bytes=1024              headers after ms, then the bytes
@@ -99,7 +99,7 @@ async fn slow(query: Query<'_>) -> Result<Resp, RequestError> {
 }
 
 /// `/status/CODE`: that status, with a small JSON body (none where HTTP forbids one) and
-/// `location: /fast` for 3xx.
+/// `location: /fast` for the redirects (3xx but 304).
 fn status(raw: &str) -> Result<Resp, RequestError> {
     let code = parse_number("/status/CODE", raw, 200, 599)?;
     let status = u16::try_from(code)
@@ -115,7 +115,8 @@ fn status(raw: &str) -> Result<Resp, RequestError> {
         204 | 205 | 304 => with_status(status, TestbedBody::empty()),
         _ => json(status, &serde_json::json!({ "status": code })),
     };
-    if status.is_redirection() {
+    // 304 is a 3xx but no redirect: it answers a conditional request, with no target.
+    if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
         resp.headers_mut()
             .insert(LOCATION, HeaderValue::from_static("/fast"));
     }

@@ -194,6 +194,7 @@ async fn status_answers_with_that_code() {
         let reply = get(&tb, &format!("/status/{code}")).await;
         assert_eq!(reply.status.as_u16(), code);
         assert!(reply.body.is_empty());
+        assert_eq!(reply.header("location"), None, "{code}: not a redirect");
     }
 }
 
