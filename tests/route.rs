@@ -170,33 +170,35 @@ async fn method_and_header_matching() {
     )
     .await;
     assert_eq!(post.status, 405);
-    assert_eq!(post.header("allow"), "GET");
+    assert_eq!(post.header("allow"), "GET, HEAD");
     assert_eq!(testbed.hits("/echo"), 1);
 }
 
 /// Routes sharing a prefix: a request goes to the first route whose conditions hold (the
-/// most specific first), else falls through to a shorter prefix; with nothing to fall to,
-/// a route's own 405 or 404 answers.
+/// most specific first); when none holds, a route of that prefix answers (405 or 404), never
+/// one of a shorter prefix.
 #[tokio::test]
 async fn routes_sharing_a_prefix_take_requests_by_their_conditions() {
     let acme = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let beta = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let rest = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    // The catch-all is written first and asked last.
+    let acme_route = route_table(
+        "acme",
+        "/echo",
+        &[base(&acme)],
+        "match_headers = { \"x-tenant\" = \"acme\" }",
+    );
+    let beta_route = route_table(
+        "beta",
+        "/echo",
+        &[base(&beta)],
+        "methods = [\"GET\"]\nmatch_headers = { \"x-tenant\" = \"beta\" }",
+    );
+    // The catch-all of /echo is written first and asked last.
     let config = [
-        route_table("rest", "/", &[base(&rest)], ""),
-        route_table(
-            "acme",
-            "/echo",
-            &[base(&acme)],
-            "match_headers = { \"x-tenant\" = \"acme\" }",
-        ),
-        route_table(
-            "beta",
-            "/echo",
-            &[base(&beta)],
-            "methods = [\"GET\"]\nmatch_headers = { \"x-tenant\" = \"beta\" }",
-        ),
+        route_table("rest", "/echo", &[base(&rest)], ""),
+        acme_route.clone(),
+        beta_route.clone(),
     ]
     .concat();
     let wharf = start_wharf(&config).await;
@@ -212,17 +214,20 @@ async fn routes_sharing_a_prefix_take_requests_by_their_conditions() {
         get_with(&wharf.url("/echo"), &tenant("beta")).await.status,
         200
     );
-    assert_eq!(hits(), (1, 1, 0));
-    // beta takes GETs only: a POST falls through to the catch-all, as do other tenants.
+    // Allowing GET allows HEAD: the same resource from the same backend.
+    let head = send("HEAD", &wharf.url("/echo"), &tenant("beta"), Bytes::new()).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(hits(), (1, 2, 0));
+    // beta takes GETs only: a POST goes to the catch-all, as do other tenants.
     let post = send("POST", &wharf.url("/echo"), &tenant("beta"), Bytes::new()).await;
     assert_eq!(post.status, 200);
-    assert_eq!(hits(), (1, 1, 1));
+    assert_eq!(hits(), (1, 2, 1));
     assert_eq!(
         get_with(&wharf.url("/echo"), &tenant("zeta")).await.status,
         200
     );
     assert_eq!(get(&wharf.url("/echo")).await.status, 200);
-    assert_eq!(hits(), (1, 1, 3));
+    assert_eq!(hits(), (1, 2, 3));
     // HTTP/2 requests are chosen the same way (their fields arrive decoded, not parsed).
     let client = Client::builder(TokioExecutor::new())
         .http2_only(true)
@@ -238,34 +243,86 @@ async fn routes_sharing_a_prefix_take_requests_by_their_conditions() {
         .unwrap();
     assert_eq!(over_h2.version(), http::Version::HTTP_2);
     assert_eq!(over_h2.status(), 200);
-    assert_eq!(hits(), (2, 1, 3));
+    assert_eq!(hits(), (2, 2, 3));
     drop(wharf);
 
-    // Without a catch-all, the route whose conditions failed only on the method answers
-    // with its 405, and otherwise a route's 404 says no route matches.
+    // Without a catch-all of their own, the routes answer for their prefix: the route whose
+    // conditions failed only on the method with its 405, else a 404; a route of a shorter
+    // prefix never takes what they decline.
     let config = [
-        route_table(
-            "acme",
-            "/echo",
-            &[base(&acme)],
-            "match_headers = { \"x-tenant\" = \"acme\" }",
-        ),
-        route_table(
-            "beta",
-            "/echo",
-            &[base(&beta)],
-            "methods = [\"GET\"]\nmatch_headers = { \"x-tenant\" = \"beta\" }",
-        ),
+        route_table("rest", "/", &[base(&rest)], ""),
+        acme_route,
+        beta_route,
     ]
     .concat();
     let wharf = start_wharf(&config).await;
     let post = send("POST", &wharf.url("/echo"), &tenant("beta"), Bytes::new()).await;
     assert_eq!(post.status, 405);
-    assert_eq!(post.header("allow"), "GET");
-    let other = get_with(&wharf.url("/echo"), &tenant("zeta")).await;
-    assert_eq!(other.status, 404);
-    assert_eq!(other.json()["error"], "not_found");
-    assert_eq!(hits(), (2, 1, 3), "a refused call reached a backend");
+    assert_eq!(post.header("allow"), "GET, HEAD");
+    for (method, who) in [("GET", "zeta"), ("POST", "zeta")] {
+        let other = send(method, &wharf.url("/echo"), &tenant(who), Bytes::new()).await;
+        assert_eq!(other.status, 404, "{method} {who}");
+        assert_eq!(other.json()["error"], "not_found");
+    }
+    assert_eq!(hits(), (2, 2, 3), "a refused call reached a backend");
+    assert_eq!(get(&wharf.url("/fast")).await.status, 200);
+    assert_eq!(rest.hits("/fast"), 1, "other paths go to the root's route");
+}
+
+/// An HTTP/2 request's `:authority` is its host for routing and rewriting, as an HTTP/1.1
+/// request's `Host`: `match_headers` on `host` choose by it, and `remove_headers` removes it.
+#[tokio::test]
+async fn an_http2_authority_is_the_host_routes_match_and_rewrite() {
+    let named = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let rest = spawn_testbed("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let config = [
+        route_table("rest", "/echo", &[base(&rest)], ""),
+        route_table(
+            "api",
+            "/echo",
+            &[base(&named)],
+            "match_headers = { \"host\" = \"api.example\" }\nremove_headers = [\"host\"]",
+        ),
+    ]
+    .concat();
+    let wharf = start_wharf(&config).await;
+    // An h2 connection to wharf whose requests name api.example.
+    let tcp = tokio::net::TcpStream::connect(wharf.addr).await.unwrap();
+    let (mut h2, connection) = hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let mut echo_over_h2 = async |authority: &str| {
+        let response = h2
+            .send_request(
+                http::Request::get(format!("http://{authority}/echo"))
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    };
+    let echo = echo_over_h2("api.example").await;
+    assert_eq!((named.hits("/echo"), rest.hits("/echo")), (1, 0));
+    // Removed, so the backend gets its own address, as for HTTP/1.1 clients.
+    assert_eq!(
+        echoed_header(&echo, "host"),
+        vec![named.addr().to_string()],
+        "{echo}"
+    );
+    let echo = echo_over_h2("other.example").await;
+    assert_eq!((named.hits("/echo"), rest.hits("/echo")), (1, 1));
+    assert_eq!(
+        echoed_header(&echo, "host"),
+        vec!["other.example"],
+        "{echo}"
+    );
 }
 
 #[tokio::test]

@@ -257,13 +257,14 @@ pub struct RouteConfig {
     /// other routes': routes may share a prefix when each has conditions (`methods`,
     /// `match_headers`) that take requests the others asked before it do not. The host asks
     /// them by specificity (each `match_headers` entry counts two, a `methods` list one),
-    /// then in file order, and a request goes to the first whose conditions hold, else on to
-    /// a shorter prefix.
+    /// then in file order, and a request goes to the first whose conditions hold; never on
+    /// to a route of a shorter prefix.
     pub path_prefix: String,
     /// `strip_prefix`: remove `path_prefix` from the forwarded path (`/orders/1` → `/1`,
     /// `/orders` → `/`). Default false: the path is forwarded unchanged.
     pub strip_prefix: bool,
-    /// `methods`: the methods matched, uppercased. Default empty: any method.
+    /// `methods`: the methods matched, uppercased. Default empty: any method. The route
+    /// takes HEAD too when GET is listed.
     pub methods: Vec<Method>,
     /// `match_headers`: headers that must all be present with exactly these values (names are
     /// case-insensitive, stored lowercase). Default empty: no header condition.

@@ -817,7 +817,7 @@ backends = ["http://a"]
         [
             r#"wharf.toml:8: services.b.path: "/x" is already used by services.a (line 4), each service needs its own path (only routes may share one)"#,
             r#"wharf.toml:12: services.c.path_prefix: "/x" is already used by services.a (line 4), each service needs its own path (only routes may share one)"#,
-            r#"wharf.toml:22: services.e.path_prefix: "/d" is also the prefix of services.d (line 17), which is asked first and takes every request this route would: give this route a `match_headers` entry or a narrower `methods` list than services.d, or another prefix"#,
+            r#"wharf.toml:22: services.e.path_prefix: "/d" is also the prefix of services.d (line 17), asked before this route, which takes every request it would take: write this route first, give it a `match_headers` entry they lack, or give it another prefix"#,
         ]
     );
 }
@@ -867,6 +867,15 @@ methods = ["GET"]"#,
             "acme_reads",
         ),
         (route("posts", r#"methods = ["POST"]"#), "writes"),
+        // GET allows HEAD.
+        (
+            route(
+                "heads",
+                r#"match_headers = { "x-tenant" = "acme" }
+methods = ["HEAD"]"#,
+            ),
+            "acme_reads",
+        ),
     ] {
         let text = [text.clone(), hidden].concat();
         let found = problems(&text);
@@ -876,6 +885,38 @@ methods = ["GET"]"#,
             "{found:?}"
         );
     }
+}
+
+#[test]
+fn a_route_hidden_by_several_routes_together_is_refused() {
+    let route = |name: &str, methods: &str| {
+        format!(
+            "[services.{name}]\ntype = \"route\"\npath_prefix = \"/o\"\nbackends = [\"http://a\"]\nmethods = {methods}\n\n"
+        )
+    };
+    let text = [
+        route("gets", r#"["GET"]"#),
+        route("posts", r#"["POST"]"#),
+        route("both", r#"["GET", "POST"]"#),
+    ]
+    .concat();
+    assert_eq!(
+        problem(&text),
+        r#"wharf.toml:15: services.both.path_prefix: "/o" is also the prefix of services.gets (line 3) and services.posts (line 9), asked before this route, which together take every request it would take: write this route first, give it a `match_headers` entry they lack, or give it another prefix"#
+    );
+    // Written first, it takes GET and POST; the others are left nothing, and said so.
+    let text = [
+        route("both", r#"["GET", "POST"]"#),
+        route("gets", r#"["GET"]"#),
+        route("puts", r#"["PUT"]"#),
+    ]
+    .concat();
+    let found = problems(&text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("wharf.toml:9: services.gets.path_prefix"),
+        "{found:?}"
+    );
 }
 
 #[test]

@@ -31,7 +31,7 @@ pub(crate) enum Routed {
     To(HostService),
     /// The first of these services that takes the request (routes sharing a prefix, with
     /// conditions on its method and fields): chosen once the head has been read.
-    FirstTaking(Vec<HostService>),
+    FirstTaking(Arc<[HostService]>),
     /// No service is mounted there.
     Nowhere,
     /// The path has a `.` or `..` segment: refused before any service sees it.
@@ -75,9 +75,7 @@ impl Dispatcher {
         }
         match self.current().find(path) {
             Some(Found::One(mounted)) => Routed::To(mounted.service.clone()),
-            Some(Found::FirstTaking(candidates)) => {
-                Routed::FirstTaking(candidates.iter().map(|m| m.service.clone()).collect())
-            }
+            Some(Found::FirstTaking(candidates)) => Routed::FirstTaking(candidates.clone()),
             None => Routed::Nowhere,
         }
     }
@@ -231,6 +229,7 @@ pub(crate) async fn dispatch_h2(
             &format!("request has {fields} header fields, over {MAX_REQUEST_HEADERS}"),
         )
     } else {
+        host_from_authority(&mut request);
         dispatcher.call(request).await
     };
     let response = if is_head {
@@ -239,6 +238,25 @@ pub(crate) async fn dispatch_h2(
         response
     };
     Ok(guard_body(with_relayed_in_map(response), on_session))
+}
+
+/// Gives an HTTP/2 request the `host` field of its `:authority` (without userinfo, which RFC
+/// 9113 §8.3.1 forbids there), unless it sent one: services read the host from the fields
+/// whatever the client's protocol, so that a route's `match_headers` on `host` and its
+/// rewrite (`set_headers`, `remove_headers`) apply to it over HTTP/2 as over HTTP/1.1, and
+/// its backend sees the name the client asked for (an intermediary forwarding HTTP/2 as
+/// HTTP/1.1 writes `:authority` as `host`, §8.3.1).
+fn host_from_authority<B>(request: &mut Request<B>) {
+    if request.headers().contains_key(http::header::HOST) {
+        return;
+    }
+    let Some(authority) = request.uri().authority() else {
+        return;
+    };
+    let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+    if let Ok(value) = http::HeaderValue::from_str(host) {
+        request.headers_mut().insert(http::header::HOST, value);
+    }
 }
 
 /// A HEAD's answer: the head as for GET, no body. hyper's HTTP/2 server sends whatever

@@ -1,7 +1,9 @@
 //! Which service a request goes to: exact paths first, then the longest
-//! prefix that matches on whole path segments, and among the services under
-//! prefixes, the first whose conditions (a route's `methods` and
+//! prefix that matches on whole path segments, and among the services sharing
+//! that prefix, the first whose conditions (a route's `methods` and
 //! `match_headers`) take the request.
+
+use std::sync::Arc;
 
 use foldhash::HashMap;
 use http::{HeaderMap, Method};
@@ -14,14 +16,16 @@ pub enum Mount {
     /// Exactly this path (the query is ignored), e.g. the proxy's `/proxy`.
     Exact(String),
     /// This path and everything below it on segment boundaries: `/orders`
-    /// matches `/orders` and `/orders/7`, never `/ordersX`.
+    /// matches `/orders` and `/orders/7`, never `/ordersX`. The longest prefix that
+    /// matches a path takes the request.
     ///
     /// Several services may share a prefix when they take only some requests
-    /// ([`HostService::taking_only`]). A request goes to the first that takes it, trying
-    /// longer prefixes first, then under one prefix the services with the higher
-    /// [`RequestFilter::rank`], then the order they were mounted in. When none takes it,
-    /// the first service whose conditions fail only on the method answers (its 405 names
-    /// its methods), else the first candidate (its 404).
+    /// ([`HostService::taking_only`]). A request goes to the first of them that takes it:
+    /// the services with the higher [`RequestFilter::rank`] first, then in the order they
+    /// were mounted. When none takes it, the first service whose conditions fail only on
+    /// the method answers (its 405 names its methods), else the first (its 404). A request
+    /// never goes on to a shorter prefix: conditions that fail under `/admin` do not send
+    /// the request to a `/` catch-all.
     Prefix(String),
 }
 
@@ -68,18 +72,28 @@ pub(crate) struct Mounted {
 pub(crate) enum Found<'a> {
     /// This service, whatever the rest of the request.
     One(&'a Mounted),
-    /// The first of these that takes the request, judged from its head (the last one
-    /// takes every request, or all have filters).
-    FirstTaking(Vec<&'a Mounted>),
+    /// The first of these services that takes the request, judged from its head.
+    FirstTaking(&'a Arc<[HostService]>),
+}
+
+/// The services sharing one prefix.
+#[derive(Clone)]
+struct PrefixMount {
+    /// Without a trailing slash; "" for the root.
+    prefix: String,
+    /// The higher rank first, then in the order mounted: the order they are asked in.
+    mounted: Vec<Mounted>,
+    /// Their services in that order, when there are several: shared by every call that
+    /// has to choose, so that a choice allocates nothing.
+    choice: Arc<[HostService]>,
 }
 
 /// The services of a host, looked up by path.
 #[derive(Clone, Default)]
 pub(crate) struct Registry {
     exact: HashMap<String, Mounted>,
-    /// Longest prefix first, so the most specific mount wins; under one prefix, the
-    /// higher rank first, then in the order mounted.
-    prefixes: Vec<(String, Mounted)>,
+    /// Longest prefix first, so the most specific mount wins.
+    prefixes: Vec<PrefixMount>,
 }
 
 impl Registry {
@@ -90,12 +104,33 @@ impl Registry {
             }
             Mount::Prefix(prefix) => {
                 let prefix = prefix.trim_end_matches('/').to_owned();
-                self.prefixes.push((prefix, mounted));
-                // Stable: equal keys keep the order they were mounted in.
-                self.prefixes.sort_by_key(|(prefix, mounted)| {
-                    let rank = mounted.service.filter().map_or(0, |f| f.rank());
-                    std::cmp::Reverse((prefix.len(), rank))
+                let at = match self.prefixes.iter().position(|p| p.prefix == prefix) {
+                    Some(at) => at,
+                    None => {
+                        // After every longer or equally long prefix.
+                        let at = self
+                            .prefixes
+                            .partition_point(|p| p.prefix.len() >= prefix.len());
+                        let group = PrefixMount {
+                            prefix,
+                            mounted: Vec::new(),
+                            choice: Arc::new([]),
+                        };
+                        self.prefixes.insert(at, group);
+                        at
+                    }
+                };
+                let group = &mut self.prefixes[at];
+                group.mounted.push(mounted);
+                // Stable: equal ranks keep the order they were mounted in.
+                group.mounted.sort_by_key(|mounted| {
+                    std::cmp::Reverse(mounted.service.filter().map_or(0, |f| f.rank()))
                 });
+                group.choice = if group.mounted.len() > 1 {
+                    group.mounted.iter().map(|m| m.service.clone()).collect()
+                } else {
+                    Arc::new([])
+                };
             }
         }
     }
@@ -104,39 +139,22 @@ impl Registry {
         if let Some(mounted) = self.exact.get(path) {
             return Some(Found::One(mounted));
         }
-        let mut under = self
+        let group = self
             .prefixes
             .iter()
-            .filter(|(prefix, _)| matches_prefix(prefix, path))
-            .map(|(_, mounted)| mounted);
-        let first = under.next()?;
-        if first.service.filter().is_none() {
-            // The common case: one service takes everything under its prefix.
-            return Some(Found::One(first));
+            .find(|group| matches_prefix(&group.prefix, path))?;
+        match group.mounted.as_slice() {
+            // The common case: one service under its prefix, which answers whatever its
+            // own conditions say (its own 404 or 405).
+            [one] => Some(Found::One(one)),
+            _ => Some(Found::FirstTaking(&group.choice)),
         }
-        // A lone service answers whatever its filter says: its own 404 or 405.
-        let second = under.next();
-        let Some(second) = second else {
-            return Some(Found::One(first));
-        };
-        let mut candidates = vec![first, second];
-        if second.service.filter().is_none() {
-            return Some(Found::FirstTaking(candidates));
-        }
-        for mounted in under {
-            candidates.push(mounted);
-            if mounted.service.filter().is_none() {
-                // It takes every request: nothing after it can be reached.
-                break;
-            }
-        }
-        Some(Found::FirstTaking(candidates))
     }
 
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.exact
             .values()
-            .chain(self.prefixes.iter().map(|(_, m)| m))
+            .chain(self.prefixes.iter().flat_map(|p| &p.mounted))
             .map(|m| m.name.as_str())
     }
 }
@@ -175,8 +193,6 @@ fn matches_prefix(prefix: &str, path: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use http::{HeaderName, HeaderValue};
 
     use super::*;
@@ -224,7 +240,43 @@ mod tests {
         match registry.find(path) {
             None => vec![],
             Some(Found::One(m)) => vec![m.name.clone()],
-            Some(Found::FirstTaking(ms)) => ms.iter().map(|m| m.name.clone()).collect(),
+            Some(Found::FirstTaking(services)) => {
+                services.iter().map(|s| name_of(registry, s)).collect()
+            }
+        }
+    }
+
+    /// The name `service` was mounted under.
+    fn name_of(registry: &Registry, service: &HostService) -> String {
+        registry
+            .prefixes
+            .iter()
+            .flat_map(|p| &p.mounted)
+            .find(|m| m.service.is(service))
+            .map(|m| m.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// The name of the service that answers a request to `path`.
+    fn chosen(
+        registry: &Registry,
+        path: &str,
+        method: Method,
+        tenant: Option<&'static str>,
+    ) -> String {
+        let mut headers = HeaderMap::new();
+        if let Some(tenant) = tenant {
+            headers.insert(
+                HeaderName::from_static("x-tenant"),
+                HeaderValue::from_static(tenant),
+            );
+        }
+        match registry.find(path) {
+            Some(Found::One(m)) => m.name.clone(),
+            Some(Found::FirstTaking(services)) => first_taking(services, &method, &headers)
+                .map(|s| name_of(registry, s))
+                .unwrap_or_default(),
+            None => String::new(),
         }
     }
 
@@ -254,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn filtered_services_are_asked_by_rank_then_mount_order_down_to_a_catch_all() {
+    fn services_sharing_a_prefix_are_asked_by_rank_then_mount_order() {
         let mut registry = Registry::default();
         registry.insert(Mount::Prefix("/".into()), named("root"));
         registry.insert(Mount::Prefix("/orders".into()), named("orders-any"));
@@ -263,19 +315,21 @@ mod tests {
             for_tenant("acme", "acme", vec![]),
         );
         registry.insert(
-            Mount::Prefix("/orders".into()),
+            Mount::Prefix("/orders/".into()),
             for_tenant("beta-get", "beta", vec![Method::GET]),
         );
         registry.insert(
             Mount::Prefix("/orders".into()),
             for_tenant("beta", "beta", vec![]),
         );
-        // The catch-all under `/orders` ends the list: `/` cannot be reached from there.
+        registry.insert(Mount::Prefix("/a".into()), named("a"));
         assert_eq!(
             candidates(&registry, "/orders/1"),
             ["beta-get", "acme", "beta", "orders-any"]
         );
         assert_eq!(candidates(&registry, "/other"), ["root"]);
+        assert_eq!(candidates(&registry, "/a/b"), ["a"]);
+        assert_eq!(registry.names().count(), 6);
     }
 
     #[test]
@@ -283,64 +337,20 @@ mod tests {
         let mut registry = Registry::default();
         registry.insert(
             Mount::Prefix("/orders".into()),
-            for_tenant("acme-get", "acme", vec![Method::GET]),
+            for_tenant("beta", "beta", vec![]),
         );
         registry.insert(
             Mount::Prefix("/orders".into()),
-            for_tenant("beta", "beta", vec![]),
+            for_tenant("acme-get", "acme", vec![Method::GET]),
         );
         registry.insert(Mount::Prefix("/".into()), named("root"));
-        let Some(Found::FirstTaking(found)) = registry.find("/orders/1") else {
-            panic!("filtered services give a choice");
-        };
-        assert_eq!(found.len(), 3, "down to the root's catch-all");
-        let services: Vec<HostService> = found.iter().map(|m| m.service.clone()).collect();
-        let name_of = |method: Method, tenant: Option<&'static str>| {
-            let mut headers = HeaderMap::new();
-            if let Some(tenant) = tenant {
-                headers.insert(
-                    HeaderName::from_static("x-tenant"),
-                    HeaderValue::from_static(tenant),
-                );
-            }
-            let chosen = first_taking(&services, &method, &headers).map(|s| s as *const _);
-            found
-                .iter()
-                .zip(&services)
-                .find(|(_, s)| Some(*s as *const _) == chosen)
-                .map(|(m, _)| m.name.clone())
-        };
-        assert_eq!(
-            name_of(Method::GET, Some("acme")).as_deref(),
-            Some("acme-get")
-        );
-        assert_eq!(name_of(Method::POST, Some("beta")).as_deref(), Some("beta"));
-        // No filter declines the root's catch-all.
-        assert_eq!(name_of(Method::GET, None).as_deref(), Some("root"));
-
-        // Without a catch-all: a method-only miss answers for its 405, else the first.
-        let mut registry = Registry::default();
-        registry.insert(
-            Mount::Prefix("/orders".into()),
-            for_tenant("beta", "beta", vec![]),
-        );
-        registry.insert(
-            Mount::Prefix("/orders".into()),
-            for_tenant("acme-get", "acme", vec![Method::GET]),
-        );
-        let Some(Found::FirstTaking(found)) = registry.find("/orders") else {
-            panic!("filtered services give a choice");
-        };
-        let services: Vec<HostService> = found.iter().map(|m| m.service.clone()).collect();
-        let chosen = |method: Method, tenant: &'static str| {
-            let mut headers = HeaderMap::new();
-            headers.insert("x-tenant", HeaderValue::from_static(tenant));
-            let chosen = first_taking(&services, &method, &headers).map(|s| s as *const _);
-            services.iter().position(|s| Some(s as *const _) == chosen)
-        };
-        assert_eq!(found[0].name, "acme-get", "the higher rank first");
-        assert_eq!(chosen(Method::POST, "acme"), Some(0));
-        assert_eq!(chosen(Method::POST, "zeta"), Some(0));
-        assert_eq!(chosen(Method::POST, "beta"), Some(1));
+        let chosen = |method, tenant| chosen(&registry, "/orders", method, tenant);
+        assert_eq!(chosen(Method::GET, Some("acme")), "acme-get");
+        assert_eq!(chosen(Method::POST, Some("beta")), "beta");
+        // Only the method failed: that route's 405.
+        assert_eq!(chosen(Method::POST, Some("acme")), "acme-get");
+        // Nothing matched: the first route's 404, never the shorter prefix's catch-all.
+        assert_eq!(chosen(Method::POST, Some("zeta")), "acme-get");
+        assert_eq!(chosen(Method::GET, None), "acme-get");
     }
 }

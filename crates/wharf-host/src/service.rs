@@ -127,7 +127,7 @@ impl HostService {
 
     /// The same service, taking only the requests `filter` admits (a route's `methods` and
     /// `match_headers`): a request it does not admit goes on to the next service mounted at
-    /// the same or a shorter prefix, as [`Mount::Prefix`](crate::Mount::Prefix) says.
+    /// the same prefix, as [`Mount::Prefix`](crate::Mount::Prefix) says.
     pub fn taking_only(mut self, filter: Arc<dyn RequestFilter>) -> Self {
         self.filter = Some(filter);
         self
@@ -138,6 +138,12 @@ impl HostService {
     pub(crate) fn filtered_as(mut self, other: &HostService) -> Self {
         self.filter = other.filter.clone();
         self
+    }
+
+    /// Whether `other` is a handle to this very service.
+    #[cfg(test)]
+    pub(crate) fn is(&self, other: &HostService) -> bool {
+        Arc::ptr_eq(&self.call, &other.call)
     }
 
     /// Its filter, if it takes only some of the requests under its mount.

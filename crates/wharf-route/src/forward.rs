@@ -169,17 +169,8 @@ impl Route {
         // Bodiless idempotent requests can be sent again exactly after bytes
         // went upstream; nothing else can.
         let replayable = body.is_end_stream() && parts.method.is_idempotent();
-        if !parts.headers.contains_key(header::HOST) {
-            // An HTTP/2 request names its host in `:authority`, not in a `host` field: an
-            // intermediary forwarding it as HTTP/1.1 writes it as `host` (RFC 9113 §8.3.1),
-            // so the backend sees the name the client asked for, as from HTTP/1.1 clients.
-            let authority = parts.uri.authority().map(|a| a.as_str());
-            // Userinfo is not allowed there (RFC 9113 §8.3.1); never forward one.
-            let host = authority.and_then(|a| a.rsplit('@').next());
-            if let Some(Ok(value)) = host.map(HeaderValue::from_str) {
-                parts.headers.insert(header::HOST, value);
-            }
-        }
+        // An HTTP/2 client's `:authority` is its `host` by now (the host's dispatch), so
+        // this is the client's host, after the rewrite, for every protocol.
         let client_sent_host = parts.headers.contains_key(header::HOST);
         // Borrowed by each attempt, so an attempt that took none of it leaves
         // it whole for the next backend.

@@ -15,24 +15,29 @@ pub struct Matcher {
 }
 
 impl Matcher {
-    /// `methods` empty means any method; every header must be present and
-    /// equal (names are case-insensitive by construction, values exact).
-    pub fn new(methods: Vec<Method>, headers: Vec<(HeaderName, HeaderValue)>) -> Self {
+    /// `methods` empty means any method; allowing GET allows HEAD (a HEAD is a GET without
+    /// the body, RFC 9110 §9.3.2; nginx's `limit_except` does the same). Every header must
+    /// be present and equal (names are case-insensitive by construction, values exact).
+    pub fn new(mut methods: Vec<Method>, headers: Vec<(HeaderName, HeaderValue)>) -> Self {
+        if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
+            methods.push(Method::HEAD);
+        }
         Self { methods, headers }
     }
 
-    /// Whether the route takes `request`, or why not.
+    /// Whether the route takes `request`, or why not. The headers are checked first: a 405
+    /// says that the same request with another method would be taken.
     pub fn check<B>(&self, request: &Request<B>) -> Result<(), RouteError> {
+        for (name, expected) in &self.headers {
+            if request.headers().get(name) != Some(expected) {
+                return Err(RouteError::HeaderMismatch(name.to_string()));
+            }
+        }
         if !self.methods.is_empty() && !self.methods.contains(request.method()) {
             return Err(RouteError::Method {
                 method: request.method().clone(),
                 allowed: self.allowed(),
             });
-        }
-        for (name, expected) in &self.headers {
-            if request.headers().get(name) != Some(expected) {
-                return Err(RouteError::HeaderMismatch(name.to_string()));
-            }
         }
         Ok(())
     }
@@ -104,7 +109,17 @@ mod tests {
             matcher.check(&request(Method::GET, Some("other"))),
             Err(RouteError::HeaderMismatch(_))
         ));
-        assert!(matcher.check(&request(Method::POST, None)).is_err());
+        // The headers first: with the wrong method too, no 405 (another method would
+        // not be taken either).
+        assert!(matches!(
+            matcher.check(&request(Method::POST, None)),
+            Err(RouteError::HeaderMismatch(_))
+        ));
+        assert!(
+            matcher.check(&request(Method::HEAD, Some("acme"))).is_ok(),
+            "GET allows HEAD"
+        );
+        assert_eq!(matcher.allowed(), "GET, POST, HEAD");
         assert!(Matcher::new(vec![], vec![])
             .check(&request(Method::PATCH, None))
             .is_ok());

@@ -389,7 +389,7 @@ fn foreign_keys(
 }
 
 /// No two services share a `path`/`path_prefix`, except routes: they may share a prefix
-/// when each takes requests the ones asked before it do not (see [`hidden_route`]).
+/// when each takes requests the ones asked before it do not (see [`hidden_by`]).
 fn unique_paths(
     c: &mut Checker<'_>,
     services: &[ServiceConfig],
@@ -399,70 +399,123 @@ fn unique_paths(
         Some(ServiceKind::Route(route)) => Some(route),
         _ => None,
     };
+    let at = |c: &Checker<'_>, span| match c.line(span) {
+        Some(line) => format!(" (line {line})"),
+        None => String::new(),
+    };
     for (i, (path, name, span)) in paths.iter().enumerate() {
         // An invalid path was reported already and left empty.
         if path.is_empty() {
             continue;
         }
-        let at = |c: &Checker<'_>, first_span| match c.line(first_span) {
-            Some(line) => format!(" (line {line})"),
-            None => String::new(),
-        };
-        let earlier = paths[..i]
-            .iter()
-            .enumerate()
-            .filter(|(_, (p, _, _))| p == path);
-        for (j, (_, first, first_span)) in earlier {
-            let (Some(this), Some(that)) = (route(i), route(j)) else {
-                let key = if route(i).is_some() {
-                    "path_prefix"
-                } else {
-                    "path"
-                };
+        let same_path: Vec<usize> = (0..paths.len())
+            .filter(|&j| j != i && paths[j].0 == *path)
+            .collect();
+        let Some(this) = route(i) else {
+            // A proxy's or queue's path is its own.
+            if let Some(&j) = same_path.iter().find(|&&j| j < i) {
+                let (_, first, first_span) = &paths[j];
                 let at = at(c, first_span);
                 c.report(
                     span.clone(),
-                    &format!("services.{name}.{key}"),
-                    format!(
-                        "{path:?} is already used by services.{first}{at}, each service needs its own path (only routes may share one)"
-                    ),
+                    &format!("services.{name}.path"),
+                    format!("{path:?} is already used by services.{first}{at}, each service needs its own path (only routes may share one)"),
                 );
-                break;
-            };
-            if !hidden_route(that, this) {
-                continue;
             }
+            continue;
+        };
+        if let Some(&j) = same_path.iter().find(|&&j| j < i && route(j).is_none()) {
+            let (_, first, first_span) = &paths[j];
             let at = at(c, first_span);
             c.report(
                 span.clone(),
                 &format!("services.{name}.path_prefix"),
-                format!(
-                    "{path:?} is also the prefix of services.{first}{at}, which is asked first and takes every request this route would: \
-                     give this route a `match_headers` entry or a narrower `methods` list than services.{first}, or another prefix"
-                ),
+                format!("{path:?} is already used by services.{first}{at}, each service needs its own path (only routes may share one)"),
             );
-            break;
+            continue;
         }
+        let routes: Vec<(usize, &RouteConfig)> = same_path
+            .iter()
+            .filter_map(|&j| route(j).map(|r| (j, r)))
+            .collect();
+        let hiding = hidden_by(i, this, &routes);
+        if hiding.is_empty() {
+            continue;
+        }
+        let named: Vec<String> = hiding
+            .iter()
+            .map(|&j| format!("services.{}{}", paths[j].1, at(c, &paths[j].2)))
+            .collect();
+        let (which, takes) = match named.as_slice() {
+            [one] => (one.clone(), "takes"),
+            _ => (named.join(" and "), "together take"),
+        };
+        c.report(
+            span.clone(),
+            &format!("services.{name}.path_prefix"),
+            format!(
+                "{path:?} is also the prefix of {which}, asked before this route, which {takes} every request it would take: \
+                 write this route first, give it a `match_headers` entry they lack, or give it another prefix"
+            ),
+        );
     }
 }
 
-/// Whether route `second`, written after `first` with the same prefix, can never be reached.
+/// The routes (indexes into `others`' first field) that leave route `this` (index `i`)
+/// no request: empty if it can be reached. `others` are the other routes with its prefix.
 ///
 /// The host asks routes sharing a prefix in order of rank (two per `match_headers` entry,
 /// one for a `methods` list: `wharf_route::matcher`), then in file order, and the first
-/// whose conditions hold takes the request. A route is hidden when one asked before it
-/// holds for every request it holds for. (A route of a higher rank cannot hold for every
-/// request one of a lower rank holds for, so `first` is never hidden by `second`.)
-fn hidden_route(first: &RouteConfig, second: &RouteConfig) -> bool {
+/// whose conditions hold takes the request. A route is hidden when the routes asked before
+/// it whose headers it requires too (theirs a subset of its own) take every method it takes
+/// (any method, for a route without `methods`). Allowing GET allows HEAD, as in the matcher.
+fn hidden_by(i: usize, this: &RouteConfig, others: &[(usize, &RouteConfig)]) -> Vec<usize> {
     let rank = |r: &RouteConfig| 2 * r.match_headers.len() + usize::from(!r.methods.is_empty());
-    let asked_first = rank(first) >= rank(second);
-    let headers = first
-        .match_headers
+    let asked_before = |j: usize, other: &RouteConfig| {
+        rank(other) > rank(this) || (rank(other) == rank(this) && j < i)
+    };
+    // Every request `this` takes has its headers, so only routes asking no other header
+    // can take its requests.
+    let covering: Vec<(usize, &RouteConfig)> = others
         .iter()
-        .all(|h| second.match_headers.contains(h));
-    let methods = first.methods.is_empty()
-        || (!second.methods.is_empty() && second.methods.iter().all(|m| first.methods.contains(m)));
-    asked_first && headers && methods
+        .filter(|(j, other)| asked_before(*j, other))
+        .filter(|(_, other)| {
+            other
+                .match_headers
+                .iter()
+                .all(|h| this.match_headers.contains(h))
+        })
+        .copied()
+        .collect();
+    if let Some((j, _)) = covering.iter().find(|(_, other)| other.methods.is_empty()) {
+        return vec![*j];
+    }
+    if this.methods.is_empty() {
+        return Vec::new();
+    }
+    let mut hiding = Vec::new();
+    for method in with_head(&this.methods) {
+        let Some((j, _)) = covering
+            .iter()
+            .find(|(_, other)| with_head(&other.methods).contains(&method))
+        else {
+            return Vec::new();
+        };
+        if !hiding.contains(j) {
+            hiding.push(*j);
+        }
+    }
+    hiding.sort_unstable();
+    hiding
+}
+
+/// `methods` with HEAD when it has GET (the matcher's rule: allowing GET allows HEAD).
+fn with_head(methods: &[http::Method]) -> Vec<http::Method> {
+    let mut all = methods.to_vec();
+    if all.contains(&http::Method::GET) && !all.contains(&http::Method::HEAD) {
+        all.push(http::Method::HEAD);
+    }
+    all
 }
 
 /// Validates a `path` or `path_prefix`: an absolute URL path without query, fragment,
