@@ -758,7 +758,11 @@ async fn a_second_signal_ends_the_drain_at_once_and_exits_zero() {
         })
         .await
     );
+    let first = Instant::now();
     wharf.signal("TERM");
+    // Right after the first, the same request (Ctrl-C reaching a supervisor that forwards
+    // it too): not a second one.
+    wharf.signal("INT");
     // The drain has begun (the first signal was taken) once /readyz says not ready.
     let readyz = format!("http://{}/readyz", wharf.admin);
     assert!(
@@ -767,6 +771,17 @@ async fn a_second_signal_ends_the_drain_at_once_and_exits_zero() {
         })
         .await,
         "no drain after SIGTERM"
+    );
+    // Past serve's SAME_REQUEST (1 s) after the first signal, it still drains.
+    tokio::time::sleep(Duration::from_millis(1500).saturating_sub(first.elapsed())).await;
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = state
+        .rsplit(") ")
+        .next()
+        .and_then(|rest| rest.chars().next());
+    assert!(
+        matches!(state, Some('S' | 'R' | 'D')),
+        "a signal right after the first ended the drain (state {state:?})"
     );
     let signalled = Instant::now();
     wharf.signal("INT");

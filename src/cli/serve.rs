@@ -101,9 +101,12 @@ pub(crate) async fn run(
     };
     // An operator who signals again (Ctrl-C twice) does not want to wait out
     // `shutdown_timeout`, nor to need kill -9: the second signal ends the drain.
-    let cut = async move {
-        nth_signal(signals, 2).await;
-        info!("second shutdown signal: ending the drain");
+    let cut = {
+        let signals = signals.clone();
+        async move {
+            nth_signal(signals, 2).await;
+            info!("second shutdown signal: ending the drain");
+        }
     };
     let reloader = path.map(|path| {
         let reloader = ConfigReloader::new(path, &config, catalogue, host.reloader(), overrides);
@@ -144,9 +147,13 @@ pub(crate) async fn run(
             "shutdown_timeout reached; calls cut"
         );
     }
-    stop_queue_deliverers(summary.shutdown_left).await;
+    stop_queue_deliverers(summary.shutdown_left, signals).await;
     Ok(())
 }
+
+/// How soon after the first shutdown signal another one counts as a second request (one
+/// that ends the drain) rather than the same one delivered twice.
+const SAME_REQUEST: Duration = Duration::from_secs(1);
 
 /// Least time given to queue deliverers at exit, even when the drain used all of
 /// `shutdown_timeout`: enough for a held message's hand-back (two broker round trips).
@@ -156,10 +163,25 @@ const QUEUE_STOP_MIN: Duration = Duration::from_secs(2);
 /// (what is left of `shutdown_timeout`, at least [`QUEUE_STOP_MIN`]): the runtime ends when
 /// `serve` returns, and a message held for a backend that is down must be handed back to
 /// the broker before, or the next wharf waits `ack_wait` for it.
-async fn stop_queue_deliverers(left: Duration) {
+///
+/// A second shutdown signal cuts that wait to [`QUEUE_STOP_MIN`] from it, as it cuts the
+/// drain: deliveries still waiting for a backend are left (their messages come back after
+/// `ack_wait`).
+async fn stop_queue_deliverers(left: Duration, signals: watch::Receiver<u32>) {
     let within = left.max(QUEUE_STOP_MIN);
     let started = Instant::now();
-    let running = wharf_queue::stop_deliverers(within).await;
+    let cut = async {
+        nth_signal(signals, 2).await;
+        tokio::time::sleep(QUEUE_STOP_MIN).await;
+    };
+    let running = tokio::select! {
+        biased;
+        running = wharf_queue::stop_deliverers(within) => running,
+        () = cut => {
+            tracing::warn!("second shutdown signal: not waiting for the queue deliverers still running");
+            return;
+        }
+    };
     if running == 0 {
         tracing::debug!(
             took_ms = started.elapsed().as_secs_f64() * 1e3,
@@ -249,6 +271,22 @@ fn reload_on_sighup(reloader: Option<Arc<ConfigReloader>>) {
 /// runtime.
 fn shutdown_signals() -> watch::Receiver<u32> {
     let (count, counted) = watch::channel(0);
+    // A signal within SAME_REQUEST of the first is the same request: Ctrl-C reaches
+    // every process of the terminal's group, so a supervisor (a shell script, an init
+    // such as tini) that forwards it makes two signals at once.
+    let mut first_at: Option<Instant> = None;
+    let mut counts = move || {
+        let now = Instant::now();
+        match first_at {
+            Some(first) if now.duration_since(first) < SAME_REQUEST => {
+                tracing::debug!("shutdown signal right after the first: the same request");
+                return;
+            }
+            Some(_) => {}
+            None => first_at = Some(now),
+        }
+        count.send_modify(|count| *count += 1);
+    };
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -267,14 +305,14 @@ fn shutdown_signals() -> watch::Receiver<u32> {
                     () = recv_or_pending(interrupt.as_mut()) => {}
                     () = recv_or_pending(terminate.as_mut()) => {}
                 }
-                count.send_modify(|count| *count += 1);
+                counts();
             }
         });
     }
     #[cfg(not(unix))]
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
-            count.send_modify(|count| *count += 1);
+            counts();
         }
     });
     counted

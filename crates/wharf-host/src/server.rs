@@ -431,6 +431,8 @@ impl Host {
         let _ = stop_sessions.send(true);
         let drained = tokio::time::timeout(server.shutdown_timeout, sessions.until_all_closed());
         let (calls_cut, cut_short) = tokio::select! {
+            // A drain that is over wins over a cut ready at the same time: nothing was cut.
+            biased;
             drained = drained => match drained {
                 Ok(()) => (0, false),
                 Err(_elapsed) => (admin_state.inflight().len(), false),
