@@ -212,6 +212,9 @@ fn check_refuses_tls_files_serve_would_refuse() {
         .collect::<String>();
     let bad_der = "-----BEGIN CERTIFICATE-----\nAAECAwQFBgcI\n-----END CERTIFICATE-----\n";
     let bad_key = "-----BEGIN PRIVATE KEY-----\nAAECAwQFBgcI\n-----END PRIVATE KEY-----\n";
+    // The label is what matters: rustls skips the block unread.
+    let encrypted_key =
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAECAwQFBgcI\n-----END ENCRYPTED PRIVATE KEY-----\n";
     for (case, cert, key, blamed, file, why) in [
         (
             "missing cert",
@@ -276,6 +279,14 @@ fn check_refuses_tls_files_serve_would_refuse() {
             "server.tls_key",
             "key.pem",
             "no private key in the file",
+        ),
+        (
+            "key encrypted",
+            Some(&cert),
+            Some(encrypted_key),
+            "server.tls_key",
+            "key.pem",
+            "an encrypted private key, which wharf cannot read",
         ),
         (
             "key not a key",

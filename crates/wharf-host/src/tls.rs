@@ -79,6 +79,12 @@ fn certified_key(files: &TlsFiles, provider: &CryptoProvider) -> Result<Certifie
     };
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|error| {
         key_error(match error {
+            // rustls reads no encrypted key, and finds none in such a file: say why.
+            pem::Error::NoItemsFound if is_encrypted_key(&files.key) => {
+                "an encrypted private key, which wharf cannot read (decrypt it, e.g. \
+                 `openssl pkey -in key.pem -out plain-key.pem`)"
+                    .to_owned()
+            }
             pem::Error::NoItemsFound => format!("no private key in the file ({KEY_PEM})"),
             other => pem_message(other),
         })
@@ -106,6 +112,15 @@ fn certified_key(files: &TlsFiles, provider: &CryptoProvider) -> Result<Certifie
         }),
         Err(other) => Err(TlsError::Rustls(other)),
     }
+}
+
+/// Whether the file at `path` holds a PKCS#8 encrypted key (`ENCRYPTED PRIVATE KEY`).
+fn is_encrypted_key(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|bytes| {
+        bytes
+            .windows(b"-----BEGIN ENCRYPTED PRIVATE KEY-----".len())
+            .any(|w| w == b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    })
 }
 
 /// What a key file must hold, for messages.
