@@ -5,9 +5,7 @@
 //! - another status, no answer within `ack_wait`, or a request that failed after
 //!   connecting: an attempt used up. Before `max_deliver` attempts the message is nak'd with
 //!   a delay of `backoff` doubling per attempt (at most [`MAX_BACKOFF`]); at `max_deliver` it
-//!   is published to the dead-letter subject with the reason, then terminated (`dead_letter`).
-//!   A delivery past `max_deliver` (that dead letter could not be published, or an outcome
-//!   was not recorded) never calls the backend: it only publishes the dead letter.
+//!   is published to the dead-letter subject with the reason, then terminated.
 //! - could not connect: the backend is down, which is not the message's fault. The message is
 //!   held (kept ours with in-progress acks, so the broker does not count a delivery) and
 //!   tried again after `backoff`, doubling up to [`MAX_HOLD`], until the backend is back; the
@@ -33,6 +31,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull::Batch;
 use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
@@ -45,7 +44,7 @@ use crate::backend::{Attempt, Backend};
 use crate::broker::Ready;
 use crate::stop::{Live, Stop};
 
-use crate::headers::{backend_headers, call_headers, identify, Identity};
+use crate::headers::{backend_headers, call_headers, header_safe, identify, Identity};
 pub use crate::headers::{
     ATTEMPTS_HEADER, DEAD_DELIVERIES_HEADER, DEAD_REASON_HEADER, DELIVERY_HEADER, MESSAGE_ID_HEADER,
 };
@@ -194,13 +193,6 @@ impl Deliverer {
         if redelivered {
             self.metrics.redelivered();
         }
-        // Every attempt was used and counted: only the dead letter is left to store (its
-        // publish failed before, or the last attempt's outcome was never recorded). Calling
-        // the backend again would go past `max_deliver` (see `dead_letter`).
-        if delivered > self.config.deliver.max_deliver {
-            self.dead_letter_only(&message, &id, delivered).await;
-            return;
-        }
         let headers = backend_headers(&message, &id, delivered);
         let ack_wait = self.config.deliver.ack_wait;
         let mut hold = self.config.deliver.backoff;
@@ -263,6 +255,63 @@ impl Deliverer {
             }
             return;
         }
+    }
+
+    /// Publishes the message to the dead-letter subject with the reason, then terminates it.
+    /// If the dead letter cannot be published the message is nak'd and tried again later:
+    /// nothing is dropped.
+    async fn dead_letter(&self, message: &Message, id: &str, delivered: u32, reason: &str) {
+        let subject = self.config.deliver.dead_letter_subject.clone();
+        let mut headers = call_headers(message);
+        headers.insert(MESSAGE_ID_HEADER, id);
+        headers.insert(DEAD_REASON_HEADER, header_safe(reason).as_str());
+        headers.insert(DEAD_DELIVERIES_HEADER, delivered.to_string().as_str());
+        let publish = PublishMessage::build()
+            .payload(message.payload.clone())
+            .headers(headers.clone())
+            // '/' is never in a client's id (`publish::client_id`): no client's message
+            // can share this id within the stream's duplicate window.
+            .message_id(format!("{id}/dead"));
+        let jetstream = &self.ready.jetstream;
+        let published = tokio::time::timeout(self.config.publish_timeout, async {
+            jetstream
+                .send_publish(subject.clone(), publish)
+                .await?
+                .await
+        })
+        .await;
+        let stored = match published {
+            Ok(Ok(_ack)) => true,
+            // No stream captures the subject (it was created elsewhere without it): a core
+            // publish still reaches subscribers.
+            Ok(Err(error)) if error.kind() == PublishErrorKind::StreamNotFound => {
+                let sent = self
+                    .ready
+                    .client
+                    .publish_with_headers(subject.clone(), headers, message.payload.clone())
+                    .await
+                    .is_ok();
+                sent && tokio::time::timeout(ACK_TIMEOUT, self.ready.client.flush())
+                    .await
+                    .is_ok_and(|flushed| flushed.is_ok())
+            }
+            Ok(Err(error)) => {
+                warn!(service = self.service, id, error = %error, "dead letter not published");
+                false
+            }
+            Err(_elapsed) => false,
+        };
+        if !stored {
+            let delay = backoff_for(self.config.deliver.backoff, delivered);
+            let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
+            return;
+        }
+        confirm(message, AckKind::Term, id).await;
+        self.metrics.dead_lettered();
+        warn!(
+            service = self.service,
+            id, delivered, reason, subject, "message dead-lettered"
+        );
     }
 
     /// Hands `message`, which this delivery did not attempt, back to the broker without
@@ -396,7 +445,7 @@ async fn hold_message(
 
 /// Records an outcome and waits for the broker to confirm it (bounded). An unconfirmed ack
 /// means the message may be delivered again, with the same id.
-pub(crate) async fn confirm(message: &Message, kind: AckKind, id: &str) {
+async fn confirm(message: &Message, kind: AckKind, id: &str) {
     match tokio::time::timeout(ACK_TIMEOUT, message.double_ack_with(kind)).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => {

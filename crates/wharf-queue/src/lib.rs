@@ -7,8 +7,7 @@
 //! - [`deliver`]: a durable pull consumer, created at start, feeds the deliverer, which POSTs
 //!   each message to `deliver.backend` with `x-wharf-message-id` and acknowledges it only
 //!   after a 2xx; failed attempts are retried with growing delays and, after
-//!   `max_deliver`, published to the dead-letter subject and terminated once it is stored
-//!   (`dead_letter`: the backend never gets more than `max_deliver` attempts).
+//!   `max_deliver`, published to the dead-letter subject and terminated.
 //! - `broker`: connecting and setting the stream and consumer up, with
 //!   the JetStream API of nats-server 2.9.
 //!
@@ -20,7 +19,6 @@
 
 mod backend;
 mod broker;
-mod dead_letter;
 pub mod deliver;
 pub mod error;
 mod headers;
