@@ -406,7 +406,8 @@ pub(crate) async fn join_all<T>(
 /// seconds in `s` (`20s`, `60s`, `120s`), else milliseconds (`500ms`, `1500ms`). One unit
 /// per kind of value, whatever was typed: `--timeout 1m` reads back `timeout=60s`. The
 /// `idle` figures are named with it too (`keepalive_after_120s_ms`). Only a duration with a
-/// fraction of a millisecond (from the API) is written otherwise (`1.5ms`).
+/// fraction of a millisecond is written otherwise (`1.5ms`), which the command line does not
+/// take back: one from the API, or a tenth of a gap under `--quick` (`--gaps 15ms`).
 pub(crate) fn human(d: Duration) -> String {
     if d.subsec_nanos() % 1_000_000 != 0 {
         return format!("{d:?}");
