@@ -603,6 +603,83 @@ async fn a_handed_back_message_goes_behind_the_messages_waiting_in_the_stream() 
     second.stop().await;
 }
 
+/// A stream made beforehand without the dead-letter subject, and a consumer made beforehand
+/// with a `max_deliver` the broker enforces (and a setting wharf cannot update in place):
+/// wharf warns that dead letters would be kept by no stream, and refuses the consumer with
+/// what is wrong and the fix, instead of delivering on it (the broker would stop redelivering
+/// a message after two deliveries, leaving it unacknowledged, unseen and never
+/// dead-lettered).
+#[tokio::test]
+async fn a_stream_and_consumer_made_beforehand_are_checked_at_set_up() {
+    use async_nats::jetstream::consumer::{pull, AckPolicy, ReplayPolicy};
+    use async_nats::jetstream::stream::{Config, RetentionPolicy};
+    if !nats_up("queue").await {
+        return;
+    }
+    let (stream, subject) = names("premade");
+    let _cleanup = StreamGuard {
+        stream: stream.clone(),
+    };
+    let client = async_nats::connect(NATS).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    let made = jetstream
+        .create_stream(Config {
+            name: stream.clone(),
+            subjects: vec![subject.clone()],
+            retention: RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    made.create_consumer(pull::Config {
+        durable_name: Some("wharf_jobs".into()),
+        filter_subject: subject.clone(),
+        ack_policy: AckPolicy::Explicit,
+        // Not editable: wharf's update (ReplayPolicy::Instant) is refused.
+        replay_policy: ReplayPolicy::Original,
+        max_deliver: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let toml = queue_toml(&stream, &subject, "127.0.0.1:9".parse().unwrap(), "");
+    let config = config_file("queue-premade", &format!("{}{toml}", server_table("")));
+    let wharf = WharfProcess::start(&config);
+    // Set-up runs at start and again after 100 ms, 200 ms, ...: a second is a few tries.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    wharf.signal("TERM");
+    let (status, logs) = wharf.wait().await;
+    remove_config_file(&config);
+    assert!(status.success(), "{status}\n{logs}");
+    let event = |message: &str| {
+        logs.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|event| {
+                event["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(message))
+            })
+            .unwrap_or_else(|| panic!("no {message:?} logged:\n{logs}"))
+    };
+    let unkept = event("no stream captures the dead-letter subject");
+    assert_eq!(unkept["level"], "WARN", "{unkept}");
+    assert_eq!(
+        unkept["fields"]["subject"],
+        format!("{subject}.dead"),
+        "{unkept}"
+    );
+    let refused = event("queue set-up failed");
+    let error = refused["fields"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("has max_deliver = 2") && error.contains("nats consumer rm"),
+        "{refused}"
+    );
+    assert!(
+        !logs.contains("queue stream and consumer ready"),
+        "the consumer was used:\n{logs}"
+    );
+}
+
 /// With no broker at `nats_url`, the set-up failure is a warning naming the service and the
 /// broker's URL (without credentials), retried; publishes get 503 meanwhile.
 #[tokio::test]

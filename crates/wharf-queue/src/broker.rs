@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
+use async_nats::jetstream::consumer::{self, pull, AckPolicy, DeliverPolicy, PullConsumer};
+use async_nats::jetstream::context::GetStreamByNameErrorKind;
 use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use async_nats::Client;
@@ -153,20 +154,112 @@ async fn try_set_up(
             .max(64),
         ..Default::default()
     };
+    warn_if_dead_letters_are_not_kept(jetstream, service, config).await;
     // Create, or update an existing durable consumer's editable settings (ack_wait, ...).
     match stream.create_consumer(consumer_config.clone()).await {
         Ok(consumer) => Ok(consumer),
         Err(error) => {
-            // An existing consumer whose settings cannot be changed in place: use it.
+            // An existing consumer whose settings cannot be changed in place: use it, if
+            // it delivers as the deliverers count on.
             warn!(service, consumer = name, error = %error, "consumer not updated; using it as it is");
-            Ok(stream.get_consumer(&name).await?)
+            let consumer: PullConsumer = stream.get_consumer(&name).await?;
+            let found = &consumer.cached_info().config;
+            match unusable_consumer(found, &consumer_config) {
+                Some(why) => Err(format!(
+                    "consumer {name} of stream {} {why}, and cannot be updated: delete it \
+                     (e.g. `nats consumer rm {} {name}`) and wharf makes it again",
+                    config.stream, config.stream
+                )
+                .into()),
+                None => Ok(consumer),
+            }
         }
+    }
+}
+
+/// Why an existing consumer, found with `found` settings, cannot serve the deliverers,
+/// which need `wanted`'s: `None` if it can. The deliverers count attempts and dead-letter
+/// themselves, so a consumer on which the broker stops redelivering (`max_deliver`) would
+/// leave a message unacknowledged, unseen and never dead-lettered; one without explicit
+/// acks, or filtering another subject, would lose messages or deliver others.
+fn unusable_consumer(found: &consumer::Config, wanted: &pull::Config) -> Option<String> {
+    if found.max_deliver > 0 {
+        return Some(format!(
+            "has max_deliver = {} (wharf needs no limit: it counts attempts itself)",
+            found.max_deliver
+        ));
+    }
+    if found.ack_policy != wanted.ack_policy {
+        return Some(format!(
+            "has ack_policy {:?} (wharf needs {:?})",
+            found.ack_policy, wanted.ack_policy
+        ));
+    }
+    if found.filter_subject != wanted.filter_subject {
+        return Some(format!(
+            "filters {:?} (wharf needs {:?})",
+            found.filter_subject, wanted.filter_subject
+        ));
+    }
+    None
+}
+
+/// Warns when no stream captures the dead-letter subject (a stream made beforehand without
+/// it): dead letters are then published to whoever listens at that moment, and kept by no
+/// one. Only a warning: the stream is the operator's, and a lookup that fails says nothing.
+async fn warn_if_dead_letters_are_not_kept(
+    jetstream: &Context,
+    service: &str,
+    config: &QueueConfig,
+) {
+    let subject = config.deliver.dead_letter_subject.as_str();
+    match jetstream.stream_by_subject(subject).await {
+        Ok(_) => {}
+        Err(error) if error.kind() == GetStreamByNameErrorKind::NotFound => warn!(
+            service,
+            subject,
+            "no stream captures the dead-letter subject: dead letters will reach only the \
+             subscribers of the moment; add the subject to a stream's subjects"
+        ),
+        Err(error) => debug!(service, subject, error = %error, "dead-letter stream not looked up"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_consumer_that_limits_deliveries_or_filters_elsewhere_is_unusable() {
+        let wanted = pull::Config {
+            filter_subject: "jobs".into(),
+            ack_policy: AckPolicy::Explicit,
+            max_deliver: -1,
+            ..Default::default()
+        };
+        let found = |edit: fn(&mut consumer::Config)| {
+            let mut config = consumer::Config {
+                filter_subject: "jobs".into(),
+                ack_policy: AckPolicy::Explicit,
+                max_deliver: -1,
+                ..Default::default()
+            };
+            edit(&mut config);
+            unusable_consumer(&config, &wanted)
+        };
+        assert_eq!(found(|_| {}), None);
+        assert_eq!(
+            found(|c| c.max_deliver = 0),
+            None,
+            "0 is the broker's default: no limit"
+        );
+        assert!(found(|c| c.max_deliver = 5).is_some_and(|why| why.contains("max_deliver = 5")));
+        assert!(
+            found(|c| c.ack_policy = AckPolicy::None).is_some_and(|why| why.contains("ack_policy"))
+        );
+        assert!(found(|c| c.filter_subject = "other".into())
+            .is_some_and(|why| why.contains("\"other\"")));
+    }
 
     #[test]
     fn urls_are_logged_without_credentials() {
