@@ -411,29 +411,27 @@ fn unique_paths(
         let same_path: Vec<usize> = (0..paths.len())
             .filter(|&j| j != i && paths[j].0 == *path)
             .collect();
-        let Some(this) = route(i) else {
-            // A proxy's or queue's path is its own.
-            if let Some(&j) = same_path.iter().find(|&&j| j < i) {
-                let (_, first, first_span) = &paths[j];
-                let at = at(c, first_span);
-                c.report(
-                    span.clone(),
-                    &format!("services.{name}.path"),
-                    format!("{path:?} is already used by services.{first}{at}, each service needs its own path (only routes may share one)"),
-                );
-            }
-            continue;
+        // A proxy's or queue's path is its own: reported once, at the later of the two.
+        let (key, taken) = match route(i) {
+            Some(_) => (
+                "path_prefix",
+                same_path.iter().find(|&&j| j < i && route(j).is_none()),
+            ),
+            None => ("path", same_path.iter().find(|&&j| j < i)),
         };
-        if let Some(&j) = same_path.iter().find(|&&j| j < i && route(j).is_none()) {
+        if let Some(&j) = taken {
             let (_, first, first_span) = &paths[j];
             let at = at(c, first_span);
             c.report(
                 span.clone(),
-                &format!("services.{name}.path_prefix"),
+                &format!("services.{name}.{key}"),
                 format!("{path:?} is already used by services.{first}{at}, each service needs its own path (only routes may share one)"),
             );
             continue;
         }
+        let Some(this) = route(i) else {
+            continue;
+        };
         let routes: Vec<(usize, &RouteConfig)> = same_path
             .iter()
             .filter_map(|&j| route(j).map(|r| (j, r)))
