@@ -5,7 +5,7 @@
 //! Each [`CountLimit`] is generous (what this lab could ever use, with room to spare) and its
 //! comment says why there is no use for more. [`CountLimit::parse`] reads a count on the
 //! command line (negative numbers included, so that their message is ours, not clap's); the
-//! scenarios' checks refuse a larger value given through the API ([`CountLimit::check`]).
+//! scenarios' checks refuse a larger value given through the API (`CountLimit::check`).
 //! Durations are not bounded here.
 
 use crate::BenchError;

@@ -33,7 +33,7 @@ use crate::BenchError;
 #[derive(Debug, Clone)]
 pub struct BurstConfig {
     /// New connections opened at once, one call each (default 2000; 1 to 100,000,
-    /// [`limits::CONNECTIONS_AT_ONCE`](crate::limits::CONNECTIONS_AT_ONCE)).
+    /// [`limits::CONNECTIONS_AT_ONCE`]).
     pub connections: u32,
 }
 
