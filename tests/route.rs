@@ -253,12 +253,19 @@ async fn routes_sharing_a_prefix_take_requests_by_their_conditions() {
         route_table("rest", "/", &[base(&rest)], ""),
         acme_route,
         beta_route,
+        route_table(
+            "beta_puts",
+            "/echo",
+            &[base(&beta)],
+            "methods = [\"PUT\"]\nmatch_headers = { \"x-tenant\" = \"beta\" }",
+        ),
     ]
     .concat();
     let wharf = start_wharf(&config).await;
     let post = send("POST", &wharf.url("/echo"), &tenant("beta"), Bytes::new()).await;
     assert_eq!(post.status, 405);
-    assert_eq!(post.header("allow"), "GET, HEAD");
+    // Every method a route of /echo takes this request with (RFC 9110 §15.5.6).
+    assert_eq!(post.header("allow"), "GET, HEAD, PUT");
     for (method, who) in [("GET", "zeta"), ("POST", "zeta")] {
         let other = send(method, &wharf.url("/echo"), &tenant(who), Bytes::new()).await;
         assert_eq!(other.status, 404, "{method} {who}");

@@ -12,7 +12,7 @@ use wharf_http1::request::MAX_REQUEST_HEADERS;
 use crate::body::{guard_body, ResponseBody};
 use crate::call::ClientAddr;
 use crate::error::json_error;
-use crate::registry::{first_taking, Found, Registry};
+use crate::registry::{first_taking, Choice, Found, Registry};
 use crate::request_body::RequestBody;
 use crate::service::{CallFuture, HostService};
 use crate::services::SharedRegistry;
@@ -44,8 +44,13 @@ impl Routed {
         match self {
             Routed::To(service) => service.call(request),
             Routed::FirstTaking(candidates) => {
+                let mut request = request;
                 match first_taking(&candidates, request.method(), request.headers()) {
-                    Some(service) => service.call(request),
+                    Some(Choice::Takes(service) | Choice::First(service)) => service.call(request),
+                    Some(Choice::WrongMethod(service, allowed)) => {
+                        request.extensions_mut().insert(allowed);
+                        service.call(request)
+                    }
                     // Never empty: a path with no candidate is `Nowhere`.
                     None => not_found(&request),
                 }

@@ -47,7 +47,7 @@ pub use call::{CallContext, Phase};
 pub use fd_budget::SEALED_BODY_FDS;
 pub use fd_table::{presize_fd_table, PRESIZE_CAP};
 pub use on_cores::{core_work, CoreWork, CoreWorkReport};
-pub use registry::{Admission, Mount, RequestFilter};
+pub use registry::{Admission, AllowedMethods, Mount, RequestFilter};
 pub use request_body::RequestBody;
 pub use server::{Host, HostBuilder, HostError, RunSummary};
 pub use service::{handler, HostService};

@@ -47,7 +47,18 @@ pub trait RequestFilter: Send + Sync + 'static {
     /// How specific the conditions are: under one prefix, a service of a higher rank is
     /// asked first (so that a route for `x-tenant: acme` is tried before a catch-all).
     fn rank(&self) -> usize;
+
+    /// The methods it takes; empty for any. A 405 answered for services sharing a prefix
+    /// lists those of every service whose other conditions held ([`AllowedMethods`]).
+    fn methods(&self) -> &[Method];
 }
+
+/// Set on a request that no service sharing its prefix takes only because of its method:
+/// every method one of them would take it with, in the order they are asked, for the
+/// `allow` field of the 405 the chosen one answers (RFC 9110 §15.5.6: all the methods the
+/// target supports, not one service's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedMethods(pub Vec<Method>);
 
 /// A [`RequestFilter`]'s answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,27 +170,47 @@ impl Registry {
     }
 }
 
+/// The service that answers a request, chosen by [`first_taking`].
+pub(crate) enum Choice<'a> {
+    /// The first that takes it.
+    Takes(&'a HostService),
+    /// None takes it, but these methods would have been taken: the first service that
+    /// failed only on the method answers (its 405), listing them.
+    WrongMethod(&'a HostService, AllowedMethods),
+    /// None takes it with any method: the first answers (its 404).
+    First(&'a HostService),
+}
+
 /// Of services that may take a request, the one that answers it: the first that takes
-/// it; else the first that fails only on its method (for its 405); else the first.
+/// it; else the first that fails only on its method (for its 405), with the methods all
+/// of those take; else the first. `None` when there are no candidates.
 pub(crate) fn first_taking<'a>(
     candidates: &'a [HostService],
     method: &Method,
     headers: &HeaderMap,
-) -> Option<&'a HostService> {
-    let mut wrong_method = None;
+) -> Option<Choice<'a>> {
+    let mut wrong_method: Option<(&HostService, Vec<Method>)> = None;
     for service in candidates {
-        match service
-            .filter()
-            .map_or(Admission::Takes, |f| f.admits(method, headers))
-        {
-            Admission::Takes => return Some(service),
+        let Some(filter) = service.filter() else {
+            return Some(Choice::Takes(service));
+        };
+        match filter.admits(method, headers) {
+            Admission::Takes => return Some(Choice::Takes(service)),
             Admission::WrongMethod => {
-                wrong_method.get_or_insert(service);
+                let (_, allowed) = wrong_method.get_or_insert((service, Vec::new()));
+                for method in filter.methods() {
+                    if !allowed.contains(method) {
+                        allowed.push(method.clone());
+                    }
+                }
             }
             Admission::Declines => {}
         }
     }
-    wrong_method.or(candidates.first())
+    match wrong_method {
+        Some((service, allowed)) => Some(Choice::WrongMethod(service, AllowedMethods(allowed))),
+        None => candidates.first().map(Choice::First),
+    }
 }
 
 /// `prefix` (without trailing slash; "" for the root) matches `path` on a
@@ -224,6 +255,10 @@ mod tests {
 
         fn rank(&self) -> usize {
             2 + usize::from(!self.methods.is_empty())
+        }
+
+        fn methods(&self) -> &[Method] {
+            &self.methods
         }
     }
 
@@ -273,9 +308,12 @@ mod tests {
         }
         match registry.find(path) {
             Some(Found::One(m)) => m.name.clone(),
-            Some(Found::FirstTaking(services)) => first_taking(services, &method, &headers)
-                .map(|s| name_of(registry, s))
-                .unwrap_or_default(),
+            Some(Found::FirstTaking(services)) => match first_taking(services, &method, &headers) {
+                Some(Choice::Takes(s) | Choice::WrongMethod(s, _) | Choice::First(s)) => {
+                    name_of(registry, s)
+                }
+                None => String::new(),
+            },
             None => String::new(),
         }
     }
@@ -349,6 +387,16 @@ mod tests {
         assert_eq!(chosen(Method::POST, Some("beta")), "beta");
         // Only the method failed: that route's 405.
         assert_eq!(chosen(Method::POST, Some("acme")), "acme-get");
+        let Some(Found::FirstTaking(services)) = registry.find("/orders") else {
+            panic!("a choice");
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert("x-tenant", HeaderValue::from_static("acme"));
+        let Some(Choice::WrongMethod(_, allowed)) = first_taking(services, &Method::POST, &headers)
+        else {
+            panic!("a wrong method");
+        };
+        assert_eq!(allowed, AllowedMethods(vec![Method::GET]));
         // Nothing matched: the first route's 404, never the shorter prefix's catch-all.
         assert_eq!(chosen(Method::POST, Some("zeta")), "acme-get");
         assert_eq!(chosen(Method::GET, None), "acme-get");

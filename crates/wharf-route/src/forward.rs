@@ -143,8 +143,8 @@ impl Route {
             Err(error) => {
                 debug!(error = %error, "route call failed");
                 let mut response = json_error(error.status(), error.kind(), &error.to_string());
-                if let RouteError::Method { .. } = error {
-                    if let Ok(allow) = HeaderValue::from_str(&self.matcher.allowed()) {
+                if let RouteError::Method { allowed, .. } = &error {
+                    if let Ok(allow) = HeaderValue::from_str(allowed) {
                         response.headers_mut().insert(header::ALLOW, allow);
                     }
                 }

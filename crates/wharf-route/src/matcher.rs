@@ -3,7 +3,7 @@
 //! conditions to choose among routes that share a prefix ([`RequestFilter`]).
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request};
-use wharf_host::{Admission, RequestFilter};
+use wharf_host::{Admission, AllowedMethods, RequestFilter};
 
 use crate::error::RouteError;
 
@@ -34,9 +34,14 @@ impl Matcher {
             }
         }
         if !self.methods.is_empty() && !self.methods.contains(request.method()) {
+            // Routes sharing the prefix: the methods any of them takes (the host's choice).
+            let allowed = match request.extensions().get::<AllowedMethods>() {
+                Some(AllowedMethods(all)) => join(all),
+                None => self.allowed(),
+            };
             return Err(RouteError::Method {
                 method: request.method().clone(),
-                allowed: self.allowed(),
+                allowed,
             });
         }
         Ok(())
@@ -49,12 +54,17 @@ impl Matcher {
 
     /// The allowed methods, for the `allow` header of a 405.
     pub fn allowed(&self) -> String {
-        self.methods
-            .iter()
-            .map(Method::as_str)
-            .collect::<Vec<_>>()
-            .join(", ")
+        join(&self.methods)
     }
+}
+
+/// `methods` as an `allow` field's value: `GET, HEAD`.
+fn join(methods: &[Method]) -> String {
+    methods
+        .iter()
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl RequestFilter for Matcher {
@@ -77,6 +87,10 @@ impl RequestFilter for Matcher {
     /// with no condition. (`wharf check` refuses a route that this order would hide.)
     fn rank(&self) -> usize {
         2 * self.headers.len() + usize::from(!self.methods.is_empty())
+    }
+
+    fn methods(&self) -> &[Method] {
+        &self.methods
     }
 }
 
