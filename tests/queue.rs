@@ -675,8 +675,16 @@ async fn a_stream_and_consumer_made_beforehand_are_checked_at_set_up() {
         "{refused}"
     );
     assert!(
-        !logs.contains("queue stream and consumer ready"),
+        !logs.contains("queue stream and consumer ready") && !logs.contains("using it as it is"),
         "the consumer was used:\n{logs}"
+    );
+    // Set-up was retried, the dead-letter lookup made once.
+    let count = |message: &str| logs.lines().filter(|line| line.contains(message)).count();
+    assert!(count("queue set-up failed") >= 2, "{logs}");
+    assert_eq!(
+        count("no stream captures the dead-letter subject"),
+        1,
+        "{logs}"
     );
 }
 

@@ -88,8 +88,11 @@ pub(crate) async fn set_up(
     stop: &mut Stop,
 ) -> Option<PullConsumer> {
     let mut pause = Duration::from_millis(100);
+    // Whether the dead-letter subject's stream was looked for: once per set-up, not at
+    // every retry.
+    let mut dead_letters_checked = false;
     loop {
-        match try_set_up(&ready.jetstream, service, config).await {
+        match try_set_up(&ready.jetstream, service, config, &mut dead_letters_checked).await {
             Ok(consumer) => {
                 info!(
                     service,
@@ -121,6 +124,7 @@ async fn try_set_up(
     jetstream: &Context,
     service: &str,
     config: &QueueConfig,
+    dead_letters_checked: &mut bool,
 ) -> Result<PullConsumer, async_nats::Error> {
     // File storage: what the broker acknowledged survives a broker restart. Work-queue
     // retention: a message is removed once acknowledged (or terminated after being
@@ -154,24 +158,31 @@ async fn try_set_up(
             .max(64),
         ..Default::default()
     };
-    warn_if_dead_letters_are_not_kept(jetstream, service, config).await;
+    let dead_subject = &config.deliver.dead_letter_subject;
+    // A stream that captures it by name needs no lookup (wharf's own always does).
+    if !*dead_letters_checked && !stream.cached_info().config.subjects.contains(dead_subject) {
+        warn_if_dead_letters_are_not_kept(jetstream, service, config).await;
+    }
+    *dead_letters_checked = true;
     // Create, or update an existing durable consumer's editable settings (ack_wait, ...).
     match stream.create_consumer(consumer_config.clone()).await {
         Ok(consumer) => Ok(consumer),
         Err(error) => {
             // An existing consumer whose settings cannot be changed in place: use it, if
             // it delivers as the deliverers count on.
-            warn!(service, consumer = name, error = %error, "consumer not updated; using it as it is");
             let consumer: PullConsumer = stream.get_consumer(&name).await?;
             let found = &consumer.cached_info().config;
             match unusable_consumer(found, &consumer_config) {
                 Some(why) => Err(format!(
-                    "consumer {name} of stream {} {why}, and cannot be updated: delete it \
-                     (e.g. `nats consumer rm {} {name}`) and wharf makes it again",
+                    "consumer {name} of stream {} {why}, and cannot be updated ({error}): \
+                     delete it (e.g. `nats consumer rm {} {name}`) and wharf makes it again",
                     config.stream, config.stream
                 )
                 .into()),
-                None => Ok(consumer),
+                None => {
+                    warn!(service, consumer = name, error = %error, "consumer not updated; using it as it is");
+                    Ok(consumer)
+                }
             }
         }
     }
