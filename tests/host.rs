@@ -783,7 +783,6 @@ async fn a_second_signal_ends_the_drain_at_once_and_exits_zero() {
         matches!(state, Some('S' | 'R' | 'D')),
         "a signal right after the first ended the drain (state {state:?})"
     );
-    let signalled = Instant::now();
     wharf.signal("INT");
     let Ok((status, logs)) = tokio::time::timeout(Duration::from_secs(10), wharf.wait()).await
     else {
@@ -791,7 +790,6 @@ async fn a_second_signal_ends_the_drain_at_once_and_exits_zero() {
         panic!("still draining 10 s after a second signal (shutdown_timeout is 60 s)");
     };
     assert!(status.success(), "exit {status:?}\n{logs}");
-    assert!(signalled.elapsed() < Duration::from_secs(10));
     let cut = logs
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())

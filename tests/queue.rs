@@ -49,6 +49,19 @@ fn names(test: &str) -> (String, String) {
     )
 }
 
+/// For a test that needs the broker: its stream name and subject, and the guard that
+/// deletes the stream at its end; `None` (with a SKIP line) when NATS is not there.
+async fn fresh_stream(test: &str) -> Option<(String, String, StreamGuard)> {
+    if !nats_up("queue").await {
+        return None;
+    }
+    let (stream, subject) = names(test);
+    let guard = StreamGuard {
+        stream: stream.clone(),
+    };
+    Some((stream, subject, guard))
+}
+
 /// Deletes the test's stream when dropped (also when the test fails).
 struct StreamGuard {
     stream: String,
@@ -214,12 +227,8 @@ async fn metric_at(url: &str, series: &str) -> f64 {
 
 #[tokio::test]
 async fn calls_accepted_while_the_backend_is_down_are_all_delivered_across_a_restart() {
-    if !nats_up("queue").await {
+    let Some((stream, subject, _cleanup)) = fresh_stream("restart").await else {
         return;
-    }
-    let (stream, subject) = names("restart");
-    let _cleanup = StreamGuard {
-        stream: stream.clone(),
     };
     // The backend's port, with nothing listening on it yet: connections are refused.
     let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -316,12 +325,8 @@ async fn calls_accepted_while_the_backend_is_down_are_all_delivered_across_a_res
 
 #[tokio::test]
 async fn a_poison_message_is_dead_lettered_after_max_deliver_attempts() {
-    if !nats_up("queue").await {
+    let Some((stream, subject, _cleanup)) = fresh_stream("poison").await else {
         return;
-    }
-    let (stream, subject) = names("poison");
-    let _cleanup = StreamGuard {
-        stream: stream.clone(),
     };
     let dead_subject = format!("{subject}.dead");
     let client = async_nats::connect(NATS).await.unwrap();
@@ -392,12 +397,8 @@ async fn a_poison_message_is_dead_lettered_after_max_deliver_attempts() {
 
 #[tokio::test]
 async fn only_post_is_accepted_and_a_client_id_is_kept() {
-    if !nats_up("queue").await {
+    let Some((stream, subject, _cleanup)) = fresh_stream("methods").await else {
         return;
-    }
-    let (stream, subject) = names("methods");
-    let _cleanup = StreamGuard {
-        stream: stream.clone(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let backend_addr = listener.local_addr().unwrap();
@@ -445,12 +446,8 @@ async fn only_post_is_accepted_and_a_client_id_is_kept() {
 /// dead letter at `max_deliver = 2`).
 #[tokio::test]
 async fn a_message_held_at_sigterm_is_handed_back_at_once_with_no_attempt_used() {
-    if !nats_up("queue").await {
+    let Some((stream, subject, _cleanup)) = fresh_stream("handback").await else {
         return;
-    }
-    let (stream, subject) = names("handback");
-    let _cleanup = StreamGuard {
-        stream: stream.clone(),
     };
     let dead_subject = format!("{subject}.dead");
     let client = async_nats::connect(NATS).await.unwrap();
@@ -529,12 +526,8 @@ async fn a_message_held_at_sigterm_is_handed_back_at_once_with_no_attempt_used()
 /// "second", then "first" (with no attempt used: `x-wharf-delivery: 1`).
 #[tokio::test]
 async fn a_handed_back_message_goes_behind_the_messages_waiting_in_the_stream() {
-    if !nats_up("queue").await {
+    let Some((stream, subject, _cleanup)) = fresh_stream("handorder").await else {
         return;
-    }
-    let (stream, subject) = names("handorder");
-    let _cleanup = StreamGuard {
-        stream: stream.clone(),
     };
     // The backend's port, with nothing listening on it yet: connections are refused.
     let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -613,12 +606,8 @@ async fn a_handed_back_message_goes_behind_the_messages_waiting_in_the_stream() 
 async fn a_stream_and_consumer_made_beforehand_are_checked_at_set_up() {
     use async_nats::jetstream::consumer::{pull, AckPolicy, ReplayPolicy};
     use async_nats::jetstream::stream::{Config, RetentionPolicy};
-    if !nats_up("queue").await {
+    let Some((stream, subject, _cleanup)) = fresh_stream("premade").await else {
         return;
-    }
-    let (stream, subject) = names("premade");
-    let _cleanup = StreamGuard {
-        stream: stream.clone(),
     };
     let client = async_nats::connect(NATS).await.unwrap();
     let jetstream = async_nats::jetstream::new(client);

@@ -23,7 +23,8 @@ pub struct CountLimit {
 
 /// `--rounds` (and `--runs` of `cold-start`, whose runs are rounds).
 ///
-/// Every round's latency histograms (about 190 KB each: 1 µs to 1 h at 3 digits) are kept
+/// Every round's latency histograms (about 190 KB each, computed from hdrhistogram's layout:
+/// some 23,500 counters of 8 bytes for 1 µs to 1 h at 3 digits; not measured) are kept
 /// until the report, one per class, target and round, so memory grows with rounds: 1000
 /// rounds of a four-class scenario hold about 750 MB per target. The lab's own runs use at
 /// most 27 (bench/compare.sh's burst); a median needs far fewer.
@@ -61,7 +62,7 @@ pub const CONCURRENCY: CountLimit = CountLimit {
 /// --warm-calls`, `idle --warm-calls` (per warm phase, two a round).
 ///
 /// They go into one histogram, so the cost is time: at a local call's 50-100 µs a million
-/// take one to two minutes (calls that time out, far longer). The lab's baselines use 20
+/// take 50-100 s (calls that time out, far longer). The lab's baselines use 20
 /// to 50.
 pub const WARM_CALLS: CountLimit = CountLimit {
     min: 1,

@@ -37,8 +37,8 @@ use std::path::Path;
 
 pub use error::{ConfigError, Problem};
 pub use model::{
-    DeliverConfig, LimitsConfig, LogFormat, ProxyConfig, QueueConfig, RouteConfig, ServerConfig,
-    ServiceConfig, ServiceKind, Strategy, TelemetryConfig, TlsConfig,
+    methods_taken, route_rank, DeliverConfig, LimitsConfig, LogFormat, ProxyConfig, QueueConfig,
+    RouteConfig, ServerConfig, ServiceConfig, ServiceKind, Strategy, TelemetryConfig, TlsConfig,
 };
 pub use units::{parse_duration, parse_size, UnitError};
 

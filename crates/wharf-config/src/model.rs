@@ -248,6 +248,27 @@ pub struct ProxyConfig {
     pub preconnect: u32,
 }
 
+/// The methods a route with `methods` takes: those, and HEAD when GET is one (a HEAD is a
+/// GET without the body, RFC 9110 §9.3.2; nginx's `limit_except` does the same). Empty:
+/// any method. The one statement of the rule, for the route's matcher and for `wharf
+/// check`'s hidden-route rule.
+pub fn methods_taken(methods: &[Method]) -> Vec<Method> {
+    let mut taken = methods.to_vec();
+    if taken.contains(&Method::GET) && !taken.contains(&Method::HEAD) {
+        taken.push(Method::HEAD);
+    }
+    taken
+}
+
+/// How specific a route's conditions are, from its `match_headers` count and whether it
+/// has `methods`: routes sharing a prefix are asked highest first. Each header counts more
+/// than a method list, so a route for `x-tenant: acme` is asked before one for GET only,
+/// which is asked before one with no condition. The one statement of the order, for the
+/// host's choice and for `wharf check`'s hidden-route rule.
+pub fn route_rank(match_headers: usize, has_methods: bool) -> usize {
+    2 * match_headers + usize::from(has_methods)
+}
+
 /// A `type = "route"` service: matching requests go to `backends`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConfig {

@@ -133,11 +133,10 @@ impl HostService {
         self
     }
 
-    /// The same service with `other`'s filter, if any: for a service made around another
-    /// (the host's layers), which takes what that one takes.
-    pub(crate) fn filtered_as(mut self, other: &HostService) -> Self {
-        self.filter = other.filter.clone();
-        self
+    /// Its filter, shared, for a service made around it (the host's layers), which takes
+    /// what it takes.
+    pub(crate) fn filter_handle(&self) -> Option<Arc<dyn RequestFilter>> {
+        self.filter.clone()
     }
 
     /// Whether `other` is a handle to this very service.

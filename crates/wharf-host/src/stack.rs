@@ -49,16 +49,19 @@ pub(crate) fn hosted(
     // The layers read no request fields: the stack reads what its service reads.
     // The same holds for which requests it takes.
     let reads_request_fields = service.reads_request_fields();
-    let taking = service.clone();
+    let filter = service.filter_handle();
     let stack = Arc::new(Stack {
         trace: Trace::new(name, inflight.clone()),
         count: Count::new(service_metrics.clone()),
         throttle: Throttle::new(bulkhead, service_metrics),
         service,
     });
-    HostService::new(move |request| stack.call(request))
-        .reading_request_fields(reads_request_fields)
-        .filtered_as(&taking)
+    let hosted = HostService::new(move |request| stack.call(request))
+        .reading_request_fields(reads_request_fields);
+    match filter {
+        Some(filter) => hosted.taking_only(filter),
+        None => hosted,
+    }
 }
 
 /// A service and its layers.

@@ -116,11 +116,8 @@ fn certified_key(files: &TlsFiles, provider: &CryptoProvider) -> Result<Certifie
 
 /// Whether the file at `path` holds a PKCS#8 encrypted key (`ENCRYPTED PRIVATE KEY`).
 fn is_encrypted_key(path: &Path) -> bool {
-    std::fs::read(path).is_ok_and(|bytes| {
-        bytes
-            .windows(b"-----BEGIN ENCRYPTED PRIVATE KEY-----".len())
-            .any(|w| w == b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
-    })
+    const MARKER: &[u8] = b"-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    std::fs::read(path).is_ok_and(|bytes| bytes.windows(MARKER.len()).any(|w| w == MARKER))
 }
 
 /// What a key file must hold, for messages.

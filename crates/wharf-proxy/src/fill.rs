@@ -151,7 +151,6 @@ impl FillJob {
             max_bytes: self.max_object_bytes,
             max_ttl: self.max_ttl,
         };
-        let wait_until = deadline;
         let mut waited = false;
         loop {
             match shared
@@ -173,13 +172,13 @@ impl FillJob {
                 LeaseOutcome::Held => {}
             }
             waited = true;
-            match shared.wait(self.target.key(), limits, wait_until).await {
+            match shared.wait(self.target.key(), limits, deadline).await {
                 WaitOutcome::Found(entry) => {
                     debug!("entry fetched by another instance");
                     return Plan::Entry(entry, FillSource::SharedAfterWait);
                 }
                 // The other fetch ended without an entry: take the lease ourselves.
-                WaitOutcome::LeaseFree if tokio::time::Instant::now() < wait_until => {}
+                WaitOutcome::LeaseFree if tokio::time::Instant::now() < deadline => {}
                 WaitOutcome::LeaseFree | WaitOutcome::GiveUp => {
                     debug!("no entry from the instance holding the lease; fetching");
                     return Plan::Origin(None);

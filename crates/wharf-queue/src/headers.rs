@@ -67,8 +67,10 @@ pub(crate) fn backend_headers(message: &Message, id: &str, delivered: u32) -> He
 /// Headers stored with a message that are not the call's own: the broker's `Nats-*` and
 /// [`ATTEMPTS_HEADER`].
 fn internal_header(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name.starts_with("nats-") || name == ATTEMPTS_HEADER
+    // Compared in place: this runs for every stored header of every delivery.
+    name.get(..5)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("nats-"))
+        || name.eq_ignore_ascii_case(ATTEMPTS_HEADER)
 }
 
 /// Who a delivered message is and which attempt this delivery is.

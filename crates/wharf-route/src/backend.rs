@@ -188,8 +188,9 @@ impl Backend {
     /// no other call holds it: one call probes the backend, the others keep skipping it
     /// until the probe's outcome is recorded (`Backend::record`). Before, every call
     /// past the window went to the backend at once, and a still dead backend held each for
-    /// the route's timeout. The right is given back when the probe is dropped, so a probe
-    /// whose call ended without an outcome (its client gone) lets the next call probe.
+    /// the route's timeout. The right is given back when the probe is dropped; a probe
+    /// whose call ended without an outcome (its client gone) starts another ejection window
+    /// (see [`Probe`]), so the next probe waits for it.
     pub fn try_probe(self: &Arc<Self>) -> Option<Probe> {
         if !self.window_passed() {
             return None;

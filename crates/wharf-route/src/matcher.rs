@@ -18,20 +18,26 @@ impl Matcher {
     /// `methods` empty means any method; allowing GET allows HEAD (a HEAD is a GET without
     /// the body, RFC 9110 §9.3.2; nginx's `limit_except` does the same). Every header must
     /// be present and equal (names are case-insensitive by construction, values exact).
-    pub fn new(mut methods: Vec<Method>, headers: Vec<(HeaderName, HeaderValue)>) -> Self {
-        if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
-            methods.push(Method::HEAD);
+    pub fn new(methods: Vec<Method>, headers: Vec<(HeaderName, HeaderValue)>) -> Self {
+        Self {
+            methods: wharf_config::methods_taken(&methods),
+            headers,
         }
-        Self { methods, headers }
+    }
+
+    /// The first header that is missing or different in `headers`, if any.
+    fn header_mismatch(&self, headers: &HeaderMap) -> Option<&HeaderName> {
+        self.headers
+            .iter()
+            .find(|(name, expected)| headers.get(name) != Some(expected))
+            .map(|(name, _)| name)
     }
 
     /// Whether the route takes `request`, or why not. The headers are checked first: a 405
     /// says that the same request with another method would be taken.
     pub fn check<B>(&self, request: &Request<B>) -> Result<(), RouteError> {
-        for (name, expected) in &self.headers {
-            if request.headers().get(name) != Some(expected) {
-                return Err(RouteError::HeaderMismatch(name.to_string()));
-            }
+        if let Some(name) = self.header_mismatch(request.headers()) {
+            return Err(RouteError::HeaderMismatch(name.to_string()));
         }
         if !self.methods.is_empty() && !self.methods.contains(request.method()) {
             // Routes sharing the prefix: the methods any of them takes (the host's choice).
@@ -69,11 +75,7 @@ fn join(methods: &[Method]) -> String {
 
 impl RequestFilter for Matcher {
     fn admits(&self, method: &Method, headers: &HeaderMap) -> Admission {
-        if self
-            .headers
-            .iter()
-            .any(|(name, expected)| headers.get(name) != Some(expected))
-        {
+        if self.header_mismatch(headers).is_some() {
             Admission::Declines
         } else if !self.methods.is_empty() && !self.methods.contains(method) {
             Admission::WrongMethod
@@ -82,11 +84,9 @@ impl RequestFilter for Matcher {
         }
     }
 
-    /// Each header a route asks for counts more than a method list: a route for
-    /// `x-tenant: acme` is tried before one for `GET` only, which is tried before a route
-    /// with no condition. (`wharf check` refuses a route that this order would hide.)
+    /// [`wharf_config::route_rank`], the order `wharf check` judges hidden routes by.
     fn rank(&self) -> usize {
-        2 * self.headers.len() + usize::from(!self.methods.is_empty())
+        wharf_config::route_rank(self.headers.len(), !self.methods.is_empty())
     }
 
     fn methods(&self) -> &[Method] {

@@ -21,7 +21,9 @@ use toml::Spanned;
 use crate::defaults;
 use crate::error::{ConfigError, Problem};
 use crate::locate::line_of;
-use crate::model::{LimitsConfig, RouteConfig, ServiceConfig, ServiceKind};
+use crate::model::{
+    methods_taken, route_rank, LimitsConfig, RouteConfig, ServiceConfig, ServiceKind,
+};
 use crate::raw::{RawConfig, RawDuration, RawService, RawSize};
 use crate::units::{parse_duration, parse_size};
 use crate::Config;
@@ -399,10 +401,6 @@ fn unique_paths(
         Some(ServiceKind::Route(route)) => Some(route),
         _ => None,
     };
-    let at = |c: &Checker<'_>, span| match c.line(span) {
-        Some(line) => format!(" (line {line})"),
-        None => String::new(),
-    };
     for (i, (path, name, span)) in paths.iter().enumerate() {
         // An invalid path was reported already and left empty.
         if path.is_empty() {
@@ -421,7 +419,7 @@ fn unique_paths(
         };
         if let Some(&j) = taken {
             let (_, first, first_span) = &paths[j];
-            let at = at(c, first_span);
+            let at = at_line(c, first_span);
             c.report(
                 span.clone(),
                 &format!("services.{name}.{key}"),
@@ -442,7 +440,7 @@ fn unique_paths(
         }
         let named: Vec<String> = hiding
             .iter()
-            .map(|&j| format!("services.{}{}", paths[j].1, at(c, &paths[j].2)))
+            .map(|&j| format!("services.{}{}", paths[j].1, at_line(c, &paths[j].2)))
             .collect();
         let (which, takes) = match named.as_slice() {
             [one] => (one.clone(), "takes"),
@@ -462,13 +460,13 @@ fn unique_paths(
 /// The routes (indexes into `others`' first field) that leave route `this` (index `i`)
 /// no request: empty if it can be reached. `others` are the other routes with its prefix.
 ///
-/// The host asks routes sharing a prefix in order of rank (two per `match_headers` entry,
-/// one for a `methods` list: `wharf_route::matcher`), then in file order, and the first
+/// The host asks routes sharing a prefix in order of rank ([`route_rank`], which the route's
+/// matcher uses too), then in file order, and the first
 /// whose conditions hold takes the request. A route is hidden when the routes asked before
 /// it whose headers it requires too (theirs a subset of its own) take every method it takes
-/// (any method, for a route without `methods`). Allowing GET allows HEAD, as in the matcher.
+/// (any method, for a route without `methods`), GET allowing HEAD ([`methods_taken`]).
 fn hidden_by(i: usize, this: &RouteConfig, others: &[(usize, &RouteConfig)]) -> Vec<usize> {
-    let rank = |r: &RouteConfig| 2 * r.match_headers.len() + usize::from(!r.methods.is_empty());
+    let rank = |r: &RouteConfig| route_rank(r.match_headers.len(), !r.methods.is_empty());
     let asked_before = |j: usize, other: &RouteConfig| {
         rank(other) > rank(this) || (rank(other) == rank(this) && j < i)
     };
@@ -492,10 +490,10 @@ fn hidden_by(i: usize, this: &RouteConfig, others: &[(usize, &RouteConfig)]) -> 
         return Vec::new();
     }
     let mut hiding = Vec::new();
-    for method in with_head(&this.methods) {
+    for method in methods_taken(&this.methods) {
         let Some((j, _)) = covering
             .iter()
-            .find(|(_, other)| with_head(&other.methods).contains(&method))
+            .find(|(_, other)| methods_taken(&other.methods).contains(&method))
         else {
             return Vec::new();
         };
@@ -507,13 +505,12 @@ fn hidden_by(i: usize, this: &RouteConfig, others: &[(usize, &RouteConfig)]) -> 
     hiding
 }
 
-/// `methods` with HEAD when it has GET (the matcher's rule: allowing GET allows HEAD).
-fn with_head(methods: &[http::Method]) -> Vec<http::Method> {
-    let mut all = methods.to_vec();
-    if all.contains(&http::Method::GET) && !all.contains(&http::Method::HEAD) {
-        all.push(http::Method::HEAD);
+/// `" (line N)"` for `span`, or nothing without one.
+pub(super) fn at_line(c: &Checker<'_>, span: &Option<Range<usize>>) -> String {
+    match c.line(span) {
+        Some(line) => format!(" (line {line})"),
+        None => String::new(),
     }
-    all
 }
 
 /// Validates a `path` or `path_prefix`: an absolute URL path without query, fragment,

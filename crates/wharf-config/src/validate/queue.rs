@@ -6,7 +6,7 @@ use http::HeaderName;
 use url::Url;
 
 use super::route::HOP_BY_HOP;
-use super::{check_path, Checker};
+use super::{at_line, check_path, Checker};
 use crate::defaults;
 use crate::model::{DeliverConfig, QueueConfig};
 use crate::raw::{RawDeliver, RawService};
@@ -287,14 +287,6 @@ pub(super) fn unique_queue_names(c: &mut Checker<'_>, queues: &[QueueNames]) {
                 ),
             );
         }
-    }
-}
-
-/// `" (line N)"` for `span`, or nothing without one.
-fn at_line(c: &Checker<'_>, span: &Option<Range<usize>>) -> String {
-    match c.line(span) {
-        Some(line) => format!(" (line {line})"),
-        None => String::new(),
     }
 }
 
