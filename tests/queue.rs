@@ -718,7 +718,7 @@ async fn an_unreachable_broker_is_a_warning_naming_the_service_and_url() {
     assert_eq!(event["fields"]["service"], "jobs", "{failed}");
     assert_eq!(
         event["fields"]["url"],
-        format!("nats://127.0.0.1:{port}"),
+        format!("nats://***@127.0.0.1:{port}"),
         "{failed}"
     );
     assert!(!logs.contains("secret"), "credentials logged:\n{logs}");

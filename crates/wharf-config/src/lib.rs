@@ -30,6 +30,7 @@ mod error;
 mod locate;
 mod model;
 mod raw;
+mod redact;
 mod units;
 mod validate;
 
@@ -40,6 +41,7 @@ pub use model::{
     methods_taken, route_rank, DeliverConfig, LimitsConfig, LogFormat, ProxyConfig, QueueConfig,
     RouteConfig, ServerConfig, ServiceConfig, ServiceKind, Strategy, TelemetryConfig, TlsConfig,
 };
+pub use redact::redacted_url;
 pub use units::{parse_duration, parse_size, UnitError};
 
 /// The embedded default configuration, run by `wharf serve` without `--config`: the

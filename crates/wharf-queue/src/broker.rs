@@ -9,7 +9,7 @@ use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use async_nats::Client;
 use tracing::{debug, info, warn};
-use wharf_config::QueueConfig;
+use wharf_config::{redacted_url, QueueConfig};
 
 use crate::stop::Stop;
 
@@ -28,27 +28,13 @@ pub(crate) fn consumer_name(service: &str) -> String {
     format!("wharf_{service}")
 }
 
-/// `url` without credentials (`nats://user:pass@host` → `nats://host`), for logs.
-pub(crate) fn redacted(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-            format!("{scheme}://{host}")
-        }
-        None => url
-            .rsplit_once('@')
-            .map_or(url, |(_, host)| host)
-            .to_owned(),
-    }
-}
-
 /// Connects (in the background: an unreachable broker is not an error, the client keeps
 /// trying) and builds the JetStream context.
 pub(crate) async fn connect(
     service: &str,
     config: &QueueConfig,
 ) -> Result<Ready, async_nats::ConnectError> {
-    let (service_name, url) = (service.to_owned(), redacted(&config.nats_url));
+    let (service_name, url) = (service.to_owned(), redacted_url(&config.nats_url));
     let client = async_nats::ConnectOptions::new()
         .name(format!("wharf {service}"))
         // The client's own events name neither the service nor the broker; a failed
@@ -105,7 +91,7 @@ pub(crate) async fn set_up(
             Err(error) => {
                 warn!(
                     service,
-                    url = redacted(&config.nats_url),
+                    url = redacted_url(&config.nats_url),
                     stream = config.stream,
                     error = %error,
                     "queue set-up failed; retrying"
@@ -270,12 +256,5 @@ mod tests {
         );
         assert!(found(|c| c.filter_subject = "other".into())
             .is_some_and(|why| why.contains("\"other\"")));
-    }
-
-    #[test]
-    fn urls_are_logged_without_credentials() {
-        assert_eq!(redacted("nats://u:p@h:4222"), "nats://h:4222");
-        assert_eq!(redacted("nats://tok@h"), "nats://h");
-        assert_eq!(redacted("nats://h:4222"), "nats://h:4222");
     }
 }

@@ -124,7 +124,7 @@ impl Inner {
                     // Redacted: this reaches the client, and nats_url may carry a password.
                     reason: format!(
                         "no stream and consumer set up on {} within {:?}",
-                        crate::broker::redacted(&self.config.nats_url),
+                        wharf_config::redacted_url(&self.config.nats_url),
                         self.config.publish_timeout
                     ),
                 })

@@ -4,8 +4,6 @@
 //! wrong URL or database) silent. [`FailureLog`] decides: a warning at the first failure,
 //! then at most one every [`FAILURE_WARN_EVERY`] with the number of failures since the last
 //! one, and a line when the tier answers again after a warning.
-//!
-//! Also here: [`without_password`], the form of the Redis URL that logs and errors show.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -76,20 +74,6 @@ impl FailureLog {
     }
 }
 
-/// `url` without its user information (`redis://:secret@host/1` → `redis://host/1`), so
-/// that no password reaches a log line or an error message.
-pub(super) fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((_userinfo, host)) => format!("{scheme}://{host}{tail}"),
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,20 +106,5 @@ mod tests {
             Some(2),
             "both failures since the last warning"
         );
-    }
-
-    #[test]
-    fn urls_lose_their_credentials_only() {
-        for (url, shown) in [
-            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
-            ("redis://127.0.0.1:6379/99", "redis://127.0.0.1:6379/99"),
-            ("redis://:s3cret@10.0.0.9:6379/2", "redis://10.0.0.9:6379/2"),
-            ("redis://user:p@ss@h", "redis://h"),
-            ("redis://token@h:1", "redis://h:1"),
-            ("redis://h/0?x=a@b", "redis://h/0?x=a@b"),
-            ("not a url", "not a url"),
-        ] {
-            assert_eq!(without_password(url), shown, "{url}");
-        }
     }
 }

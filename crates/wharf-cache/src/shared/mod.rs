@@ -106,7 +106,7 @@ pub struct EntryLimits {
 #[derive(Debug, thiserror::Error)]
 #[error("shared cache {url:?}: {source}")]
 pub struct SharedTierError {
-    /// The URL as configured, without its password.
+    /// The URL as configured, its credentials hidden ([`wharf_config::redacted_url`]).
     pub url: String,
     /// What the redis crate said.
     pub source: RedisError,
@@ -126,7 +126,7 @@ enum OpError {
 pub struct SharedTier {
     connection: ConnectionManager,
     config: SharedTierConfig,
-    /// `config.url` without its password, for logs.
+    /// `config.url` with its credentials hidden, for logs.
     url_for_logs: String,
     metrics: SharedCacheMetrics,
     /// Time origin of `rest_until_ms`.
@@ -158,7 +158,7 @@ impl SharedTier {
         config: SharedTierConfig,
         metrics: SharedCacheMetrics,
     ) -> Result<Arc<Self>, SharedTierError> {
-        let url_for_logs = failures::without_password(&config.url);
+        let url_for_logs = wharf_config::redacted_url(&config.url);
         let error = |source| SharedTierError {
             url: url_for_logs.clone(),
             source,

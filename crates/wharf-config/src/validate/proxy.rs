@@ -138,7 +138,7 @@ pub(super) fn proxy(
 /// `allow_hosts` (normalised, empty: any host) lets the proxy fetch from it: a connection
 /// opened ahead to an origin no call may reach would only hold a descriptor.
 pub(crate) fn preconnect_origin(written: &str, allow_hosts: &[String]) -> Result<Url, String> {
-    let shown = super::without_password(written);
+    let shown = crate::redacted_url(written);
     let url = super::route::backend(written)?;
     if url.scheme() == "unix" {
         return Err(format!(
@@ -161,7 +161,7 @@ pub(crate) fn preconnect_origin(written: &str, allow_hosts: &[String]) -> Result
 
 /// Checks a `shared_cache` URL: `redis://[:password@]host[:port][/db]`, returned normalised.
 pub(crate) fn redis_url(written: &str) -> Result<String, String> {
-    let shown = super::without_password(written);
+    let shown = crate::redacted_url(written);
     let example = r#"e.g. "redis://127.0.0.1:6379""#;
     let url = url::Url::parse(written)
         .map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;

@@ -292,7 +292,7 @@ pub(super) fn unique_queue_names(c: &mut Checker<'_>, queues: &[QueueNames]) {
 
 /// `nats://host[:port]`, returned normalised.
 pub(crate) fn nats_url(written: &str) -> Result<String, String> {
-    let shown = super::without_password(written);
+    let shown = crate::redacted_url(written);
     let example = r#"e.g. "nats://127.0.0.1:4222""#;
     let url =
         Url::parse(written).map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;
@@ -358,7 +358,7 @@ pub(crate) fn subject_name(written: &str) -> Result<String, String> {
 
 /// `http(s)://host[:port][/path][?query]`, no credentials or fragment.
 pub(crate) fn backend_url(written: &str) -> Result<Url, String> {
-    let shown = super::without_password(written);
+    let shown = crate::redacted_url(written);
     let example = r#"e.g. "http://127.0.0.1:7001/handle""#;
     let url =
         Url::parse(written).map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;

@@ -215,7 +215,7 @@ fn hop_by_hop(name: &HeaderName) -> String {
 
 /// Parses a backend: `http(s)://host[:port][/]` or `unix:/absolute/path`.
 pub(crate) fn backend(written: &str) -> Result<Url, String> {
-    let shown = super::without_password(written);
+    let shown = crate::redacted_url(written);
     let example = r#"e.g. "http://127.0.0.1:7001" or "unix:/run/app.sock""#;
     let url =
         Url::parse(written).map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;

@@ -115,7 +115,7 @@ fn log_level(written: &str) -> Result<(), String> {
 
 /// An OTLP/HTTP collector's base URL; wharf appends `/v1/traces`.
 fn otlp_endpoint(written: &str) -> Result<Url, String> {
-    let shown = super::without_password(written);
+    let shown = crate::redacted_url(written);
     let example = defaults::OTLP_ENDPOINT_EXAMPLE;
     let url = Url::parse(written)
         .map_err(|err| format!("{shown:?} is not a URL: {err} (e.g. {example:?})"))?;
@@ -204,7 +204,7 @@ sample_ratio = 0.25
             ("otlp_endpoint = \"collector:4318\"", r#"telemetry.otlp_endpoint: "collector:4318": unsupported scheme "collector""#),
             ("otlp_endpoint = \"grpc://c:4317\"", r#"telemetry.otlp_endpoint: "grpc://c:4317": unsupported scheme "grpc""#),
             ("otlp_endpoint = \"\"", r#"telemetry.otlp_endpoint: "" is not a URL"#),
-            ("otlp_endpoint = \"http://u:p@c:4318\"", "telemetry.otlp_endpoint: \"http://u:***@c:4318\" must not contain credentials"),
+            ("otlp_endpoint = \"http://u:p@c:4318\"", "telemetry.otlp_endpoint: \"http://***@c:4318\" must not contain credentials"),
             ("otlp_endpoint = \"http://c:4318/?k=v\"", "telemetry.otlp_endpoint: \"http://c:4318/?k=v\" must not have a query"),
             ("otlp_endpoint = \"http://c:4318/v1/traces\"", r#"telemetry.otlp_endpoint: "http://c:4318/v1/traces": give the collector's base URL, wharf adds /v1/traces (use "http://c:4318")"#),
             ("service_name = \" \"", r#"telemetry.service_name: " " is not a service name"#),
