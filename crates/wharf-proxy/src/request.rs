@@ -99,10 +99,12 @@ fn pairs(query: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Whole seconds, up to 10 digits; empty is 0.
+/// Whole seconds, up to 10 digits. An empty value (`cacheDuration=`) is refused rather than
+/// read as 0: it is more often a template's unset variable than a wish not to cache, and
+/// "no caching" has two spellings already (0, or no parameter).
 fn parse_duration(text: &str) -> Result<u64, ProxyError> {
     match text {
-        "" => Ok(0),
+        "" => Err(ProxyError::CacheDuration(String::new())),
         _ if text.bytes().all(|b| b.is_ascii_digit()) && text.len() <= 10 => text
             .parse()
             .map_err(|_| ProxyError::CacheDuration(text.to_owned())),
@@ -168,7 +170,6 @@ mod tests {
         for query in [
             "url=http://a.example/",
             "url=http://a.example/&cacheDuration=0",
-            "url=http://a.example/&cacheDuration=",
         ] {
             assert_eq!(
                 ProxyRequest::from_query(Some(query))
@@ -188,6 +189,14 @@ mod tests {
             (
                 Some("url=http://a.example/&cacheDuration=-1"),
                 "cacheDuration \"-1\"",
+            ),
+            (
+                Some("url=http://a.example/&cacheDuration="),
+                "cacheDuration \"\" is not a whole number",
+            ),
+            (
+                Some("url=http://a.example/&cacheDuration"),
+                "cacheDuration \"\" is not a whole number",
             ),
             (
                 Some("url=http://a.example/&cacheDuration=1.5"),
