@@ -215,6 +215,26 @@ fn check_refuses_tls_files_serve_would_refuse() {
     // The label is what matters: rustls skips the block unread.
     let encrypted_key =
         "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAECAwQFBgcI\n-----END ENCRYPTED PRIVATE KEY-----\n";
+    // Throwaway P-521 keys (`openssl genpkey -algorithm EC -pkeyopt
+    // ec_paramgen_curve:P-521`, and `openssl ecparam -name secp521r1 -genkey -noout`):
+    // valid keys that ring cannot sign with.
+    let p521_pkcs8 = "-----BEGIN PRIVATE KEY-----
+MIHuAgEAMBAGByqGSM49AgEGBSuBBAAjBIHWMIHTAgEBBEIBLvN9NoOp59+Aen9U
+u3VA4lLJ9xCIXIJYARjWOuDSqDeBB3OIKtpFkVeWsPNpRj3VKbDatOG/ZrgKrcxH
+2AKhHYGhgYkDgYYABAHXXgYcPfr0ufLBwWM6bgxeyNKXLW8QXNogDipDBSTdnXE0
+k+zpN/b+5GBVU6WGLughrpoQayyAuRym7HeFUj9d9wAfLAhI7WM34/1rQMRkakte
+P6QExaRwtZDSF2XbhZ0zw1UjnlSQgCICybK2treDuyTVccvZ33C94lrX63xzTfRN
+rg==
+-----END PRIVATE KEY-----
+";
+    let p521_sec1 = "-----BEGIN EC PRIVATE KEY-----
+MIHcAgEBBEIAIvxFvnHo4zQgtJGR9yXyf7PIXNc9X4H294mzH16U+l5U7OYh2B1+
+XGctDxkTKxuBdsw6C3I2hjdsrsksJTJR2jmgBwYFK4EEACOhgYkDgYYABAA0i+bh
+t2JoYy+MfBOeZ4R3KIi5hPo/Oi9idUFt706qhfggBvT1Stv7raxMTILkCBNCg/5s
+0MiwzqCYo/vcNNUpxAH1JY2T3n6eBxpJLw4mYl7ZXcA9SUmoco54nINvrcum0F7H
+vg2z3S8taTNzg4FAKa/yhpSUsyTVm/KS1gy6AKDtfQ==
+-----END EC PRIVATE KEY-----
+";
     for (case, cert, key, blamed, file, why) in [
         (
             "missing cert",
@@ -295,6 +315,22 @@ fn check_refuses_tls_files_serve_would_refuse() {
             "server.tls_key",
             "key.pem",
             "not a usable private key",
+        ),
+        (
+            "key on P-521, PKCS#8",
+            Some(&cert),
+            Some(p521_pkcs8),
+            "server.tls_key",
+            "key.pem",
+            "a key on P-521 (secp521r1), which wharf's TLS cannot use; wharf takes RSA",
+        ),
+        (
+            "key on P-521, SEC1",
+            Some(&cert),
+            Some(p521_sec1),
+            "server.tls_key",
+            "key.pem",
+            "a key on P-521 (secp521r1), which wharf's TLS cannot use; wharf takes RSA",
         ),
         (
             "another key",

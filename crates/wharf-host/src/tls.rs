@@ -89,15 +89,20 @@ fn certified_key(files: &TlsFiles, provider: &CryptoProvider) -> Result<Certifie
             other => pem_message(other),
         })
     })?;
+    let curve = unsupported_curve(key.secret_der());
     let key = provider
         .key_provider
         .load_private_key(key)
         .map_err(|error| {
-            let why = match error {
-                rustls::Error::General(why) => why,
-                other => other.to_string(),
+            let why = match (curve, error) {
+                // rustls says only "failed to parse private key as RSA, ECDSA, or EdDSA".
+                (Some(curve), _) => format!("a key on {curve}, which wharf's TLS cannot use"),
+                (None, rustls::Error::General(why)) => why,
+                (None, other) => other.to_string(),
             };
-            key_error(format!("not a usable private key: {why}"))
+            key_error(format!(
+                "not a usable private key: {why}; wharf takes {USABLE_KEYS}"
+            ))
         })?;
     let certified = CertifiedKey::new(certs, key);
     match certified.keys_match() {
@@ -118,6 +123,41 @@ fn certified_key(files: &TlsFiles, provider: &CryptoProvider) -> Result<Certifie
 fn is_encrypted_key(path: &Path) -> bool {
     const MARKER: &[u8] = b"-----BEGIN ENCRYPTED PRIVATE KEY-----";
     std::fs::read(path).is_ok_and(|bytes| bytes.windows(MARKER.len()).any(|w| w == MARKER))
+}
+
+/// The keys ring signs with, for messages.
+const USABLE_KEYS: &str = "RSA, ECDSA on P-256 or P-384, and Ed25519 keys";
+
+/// The curve of a key that parses but that ring cannot sign with, found by the curve's
+/// object identifier (DER-encoded, tag and length included) in the key's DER: both the
+/// PKCS#8 and the SEC1 forms name the curve that way. OpenSSL makes such keys on request
+/// (`ec_paramgen_curve:P-521` is a common pick for "strongest"), and rustls's refusal does
+/// not name the curve. Scanned at each load (start-up, `wharf check`); only used if ring
+/// refuses the key.
+fn unsupported_curve(der: &[u8]) -> Option<&'static str> {
+    const CURVES: [(&str, &[u8]); 8] = [
+        ("P-521 (secp521r1)", &[6, 5, 0x2b, 0x81, 4, 0, 0x23]),
+        ("P-224 (secp224r1)", &[6, 5, 0x2b, 0x81, 4, 0, 0x21]),
+        ("secp256k1", &[6, 5, 0x2b, 0x81, 4, 0, 0x0a]),
+        (
+            "P-192 (prime192v1)",
+            &[6, 8, 0x2a, 0x86, 0x48, 0xce, 0x3d, 3, 1, 1],
+        ),
+        ("brainpoolP256r1", &[6, 9, 0x2b, 0x24, 3, 3, 2, 8, 1, 1, 7]),
+        (
+            "brainpoolP384r1",
+            &[6, 9, 0x2b, 0x24, 3, 3, 2, 8, 1, 1, 0x0b],
+        ),
+        (
+            "brainpoolP512r1",
+            &[6, 9, 0x2b, 0x24, 3, 3, 2, 8, 1, 1, 0x0d],
+        ),
+        ("Ed448", &[6, 3, 0x2b, 0x65, 0x71]),
+    ];
+    CURVES
+        .iter()
+        .find(|(_, oid)| der.windows(oid.len()).any(|w| w == *oid))
+        .map(|(name, _)| *name)
 }
 
 /// What a key file must hold, for messages.
