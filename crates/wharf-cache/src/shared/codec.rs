@@ -1,15 +1,19 @@
 //! The meta value of a shared entry: everything but the body, in a small binary form.
 //!
-//! Layout (big-endian): magic `WHC1`; status `u16`; body length `u64`; chunk count `u32`;
-//! stored-at `u64` (Unix ms); TTL `u64` (ms); chunk-key version (`u8` length + bytes);
-//! header count `u16`, then each header as name (`u16` length + bytes) and value (`u32`
-//! length + bytes). A value that does not decode exactly is treated as a miss, never trusted.
+//! Layout (big-endian): magic `WHC2`; status `u16`; body length `u64`; chunk count `u32`;
+//! TTL `u64` (ms); chunk-key version (`u8` length + bytes); header count `u16`, then each
+//! header as name (`u16` length + bytes) and value (`u32` length + bytes). A value that does
+//! not decode exactly is treated as a miss, never trusted: `WHC1` values, which carried the
+//! writer's wall-clock store time, are misses (and are overwritten by the next fill).
+//!
+//! No time of day is stored: an entry's age is its TTL minus what Redis has left of it
+//! ([`Meta::age`]), so instances whose clocks disagree still agree on an entry's age.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-const MAGIC: &[u8; 4] = b"WHC1";
+const MAGIC: &[u8; 4] = b"WHC2";
 
 /// What the meta value says about an entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,24 +22,20 @@ pub(crate) struct Meta {
     pub(crate) headers: HeaderMap,
     pub(crate) body_len: u64,
     pub(crate) chunks: u32,
-    /// When the body was complete, as Unix milliseconds.
-    pub(crate) stored_at_ms: u64,
-    /// Freshness from `stored_at_ms`, as in the memory tier.
+    /// Freshness from the time the body was complete, as in the memory tier: the meta
+    /// value is written with what was left of it then, and Redis counts that down.
     pub(crate) ttl_ms: u64,
     /// Names this entry's chunk keys, so two writers of one key never mix chunks.
     pub(crate) version: String,
 }
 
 impl Meta {
-    /// Time left before the entry expires at `now_ms` (zero once expired).
-    pub(crate) fn remaining(&self, now_ms: u64) -> Duration {
-        let expires = self.stored_at_ms.saturating_add(self.ttl_ms);
-        Duration::from_millis(expires.saturating_sub(now_ms))
-    }
-
-    /// Age at `now_ms`.
-    pub(crate) fn age(&self, now_ms: u64) -> Duration {
-        Duration::from_millis(now_ms.saturating_sub(self.stored_at_ms))
+    /// The entry's age, given `pttl`: Redis's `PTTL` of the meta value read with it (ms
+    /// left; -2 gone, -1 no expiry). `None` when the entry is no longer fresh, or its meta
+    /// value has no expiry (not written by wharf).
+    pub(crate) fn age(&self, pttl: i64) -> Option<Duration> {
+        let left = u64::try_from(pttl).ok().filter(|&left| left > 0)?;
+        Some(Duration::from_millis(self.ttl_ms.saturating_sub(left)))
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -44,7 +44,6 @@ impl Meta {
         out.extend_from_slice(&self.status.as_u16().to_be_bytes());
         out.extend_from_slice(&self.body_len.to_be_bytes());
         out.extend_from_slice(&self.chunks.to_be_bytes());
-        out.extend_from_slice(&self.stored_at_ms.to_be_bytes());
         out.extend_from_slice(&self.ttl_ms.to_be_bytes());
         let version = &self.version.as_bytes()[..self.version.len().min(255)];
         out.push(version.len() as u8);
@@ -71,7 +70,6 @@ impl Meta {
         let status = StatusCode::from_u16(r.u16()?).ok()?;
         let body_len = r.u64()?;
         let chunks = r.u32()?;
-        let stored_at_ms = r.u64()?;
         let ttl_ms = r.u64()?;
         let version_len = usize::from(r.u8()?);
         let version = String::from_utf8(r.take(version_len)?.to_vec()).ok()?;
@@ -92,7 +90,6 @@ impl Meta {
             headers,
             body_len,
             chunks,
-            stored_at_ms,
             ttl_ms,
             version,
         })
@@ -128,14 +125,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Now as Unix milliseconds (0 if the clock is before 1970).
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,7 +140,6 @@ mod tests {
             headers,
             body_len: 1 << 20,
             chunks: 4,
-            stored_at_ms: 1_700_000_000_000,
             ttl_ms: 60_000,
             version: "0123456789abcdef".into(),
         }
@@ -173,14 +161,21 @@ mod tests {
         longer.push(0);
         assert_eq!(Meta::decode(&longer), None);
         assert_eq!(Meta::decode(b"not a meta value"), None);
+        let mut older = bytes.clone();
+        older[..4].copy_from_slice(b"WHC1");
+        assert_eq!(Meta::decode(&older), None, "the layout with a store time");
     }
 
     #[test]
-    fn remaining_and_age() {
+    fn age_is_the_ttl_less_what_redis_has_left() {
         let meta = meta();
-        let now = meta.stored_at_ms + 10_000;
-        assert_eq!(meta.age(now), Duration::from_secs(10));
-        assert_eq!(meta.remaining(now), Duration::from_secs(50));
-        assert_eq!(meta.remaining(now + 100_000), Duration::ZERO);
+        assert_eq!(meta.age(50_000), Some(Duration::from_secs(10)));
+        assert_eq!(meta.age(60_000), Some(Duration::ZERO));
+        // Extended by hand past the TTL: new, not negative.
+        assert_eq!(meta.age(90_000), Some(Duration::ZERO));
+        assert_eq!(meta.age(1), Some(Duration::from_millis(59_999)));
+        assert_eq!(meta.age(0), None, "expired");
+        assert_eq!(meta.age(-2), None, "gone");
+        assert_eq!(meta.age(-1), None, "no expiry: not wharf's");
     }
 }

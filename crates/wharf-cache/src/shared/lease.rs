@@ -24,11 +24,11 @@ use super::{EntryLimits, Keys, OpError, SharedTier};
 use crate::entry::CachedResponse;
 
 /// Finds the meta value, or takes the lease, in one atomic step: KEYS = meta, lease;
-/// ARGV = token, lease TTL in ms. Returns the meta value, 1 (lease taken) or 0 (lease held
-/// by another instance).
+/// ARGV = token, lease TTL in ms. Returns the meta value and its PTTL, 1 (lease taken) or 0
+/// (lease held by another instance).
 const LOOKUP_OR_LEASE: &str = r"
 local meta = redis.call('GET', KEYS[1])
-if meta then return meta end
+if meta then return {meta, redis.call('PTTL', KEYS[1])} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 ";
@@ -45,6 +45,17 @@ const RENEW: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 ";
+
+/// The meta value and its PTTL, if that is what [`LOOKUP_OR_LEASE`] answered.
+fn meta_and_pttl(answer: &Value) -> Option<(&[u8], i64)> {
+    match answer {
+        Value::Array(items) => match items.as_slice() {
+            [Value::BulkString(meta), Value::Int(pttl)] => Some((meta, *pttl)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 /// What [`SharedTier::lookup_or_lease`] found.
 #[derive(Debug)]
@@ -119,15 +130,15 @@ impl SharedTier {
                     .await
             })
             .await;
+        if let Some((meta, pttl)) = answer.as_ref().ok().and_then(meta_and_pttl) {
+            let found = self.read_entry(&keys, meta, pttl, limits).await;
+            self.count_lookup(&found);
+            return match found {
+                Ok(Some(entry)) => LeaseOutcome::Found(entry),
+                _ => LeaseOutcome::Skip,
+            };
+        }
         let (outcome, lookup) = match answer {
-            Ok(Value::BulkString(meta)) => {
-                let found = self.read_entry(&keys, &meta, limits).await;
-                self.count_lookup(&found);
-                return match found {
-                    Ok(Some(entry)) => LeaseOutcome::Found(entry),
-                    _ => LeaseOutcome::Skip,
-                };
-            }
             Ok(Value::Int(1)) => {
                 self.metrics.lease(SharedLease::Acquired);
                 let held = Held {
@@ -183,24 +194,28 @@ impl SharedTier {
             let mut connection = self.connection.clone();
             let polled = self
                 .run(SharedOp::Poll, async {
+                    // MULTI: the TTL left is the meta value's, not a later writer's.
                     redis::pipe()
+                        .atomic()
                         .cmd("GET")
+                        .arg(&keys.meta)
+                        .cmd("PTTL")
                         .arg(&keys.meta)
                         .cmd("EXISTS")
                         .arg(&keys.lease)
-                        .query_async::<(Option<Vec<u8>>, bool)>(&mut connection)
+                        .query_async::<(Option<Vec<u8>>, i64, bool)>(&mut connection)
                         .await
                 })
                 .await;
             match polled {
-                Ok((Some(meta), _)) => {
-                    return match self.read_entry(&keys, &meta, limits).await {
+                Ok((Some(meta), pttl, _)) => {
+                    return match self.read_entry(&keys, &meta, pttl, limits).await {
                         Ok(Some(entry)) => WaitOutcome::Found(entry),
                         _ => WaitOutcome::GiveUp,
                     };
                 }
-                Ok((None, true)) => {}
-                Ok((None, false)) => return WaitOutcome::LeaseFree,
+                Ok((None, _, true)) => {}
+                Ok((None, _, false)) => return WaitOutcome::LeaseFree,
                 Err(_) => return WaitOutcome::GiveUp,
             }
         }

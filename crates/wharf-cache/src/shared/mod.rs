@@ -13,13 +13,17 @@
 //!
 //! An entry read from Redis is fresh for the writer's TTL, but never longer than the
 //! reader's own `max_ttl` ([`EntryLimits`]) from the time it was stored: instances with
-//! different `max_ttl`s each keep their own bound, as their memory tiers do.
+//! different `max_ttl`s each keep their own bound, as their memory tiers do. Its age is
+//! measured on Redis's clock, not the instances': the meta value is written with the TTL
+//! left, and a reader reads its `PTTL` with it (in one step), so the age is the TTL less
+//! what Redis has left. Instances whose clocks disagree serve an entry for as long, with
+//! the same `age`.
 //!
 //! Layout of one entry under cache key `K` (the `{K}` hash tag keeps an entry's keys in one
 //! cluster slot):
 //! - `wharf:{K}:m` — the meta value (`codec.rs`): status, relayed headers, body length, chunk
-//!   count, stored-at, TTL and the chunk-key version. Written last, so a reader that finds it
-//!   finds the chunks too; it expires with the entry's TTL, as the memory entry does.
+//!   count, TTL and the chunk-key version. Written last, so a reader that finds it finds the
+//!   chunks too; it expires with the entry's TTL, as the memory entry does.
 //! - `wharf:{K}:c:VERSION:I` — body chunk `I` of [`SharedTierConfig::chunk_bytes`] (256 KiB),
 //!   so no side holds a big body in one value; kept a little longer than the meta value so
 //!   that a reader who saw the meta just before it expired still finds every chunk. A new
@@ -50,7 +54,7 @@ use wharf_metrics::shared::{
 };
 
 use crate::entry::{CachedResponse, ResponseHead};
-use codec::{unix_ms, Meta};
+use codec::Meta;
 pub use failures::FAILURE_WARN_EVERY;
 use failures::{FailureLog, Recovered};
 pub use lease::{Lease, LeaseOutcome, WaitOutcome};
@@ -198,15 +202,20 @@ impl SharedTier {
         let mut connection = self.connection.clone();
         let meta = self
             .run(SharedOp::Get, async {
-                redis::cmd("GET")
+                // MULTI: the TTL left is the meta value's, not a later writer's.
+                redis::pipe()
+                    .atomic()
+                    .cmd("GET")
                     .arg(&keys.meta)
-                    .query_async::<Option<Vec<u8>>>(&mut connection)
+                    .cmd("PTTL")
+                    .arg(&keys.meta)
+                    .query_async::<(Option<Vec<u8>>, i64)>(&mut connection)
                     .await
             })
             .await;
         let found = match meta {
-            Ok(Some(meta)) => self.read_entry(&keys, &meta, limits).await,
-            Ok(None) => Ok(None),
+            Ok((Some(meta), pttl)) => self.read_entry(&keys, &meta, pttl, limits).await,
+            Ok((None, _)) => Ok(None),
             Err(error) => Err(error),
         };
         self.count_lookup(&found);
@@ -232,7 +241,6 @@ impl SharedTier {
         if ttl_ms == 0 {
             return Ok(false);
         }
-        let age = now.saturating_duration_since(entry.stored_at);
         let total_ttl = entry.expires_at.saturating_duration_since(entry.stored_at);
         let keys = Keys::new(key);
         let version = self.unique_id();
@@ -264,11 +272,17 @@ impl SharedTier {
             headers: entry.head.headers.clone(),
             body_len: entry.body_len,
             chunks: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
-            stored_at_ms: unix_ms().saturating_sub(age.as_millis() as u64),
             ttl_ms: u64::try_from(total_ttl.as_millis()).unwrap_or(u64::MAX),
             version,
         }
         .encode();
+        // What is left now, after the chunks' round trips: readers take the entry's age
+        // from the meta value's expiry, so it must be the memory entry's to the ms.
+        let left = entry.expires_at.saturating_duration_since(Instant::now());
+        let ttl_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        if ttl_ms == 0 {
+            return Ok(false);
+        }
         let mut connection = self.connection.clone();
         self.run(SharedOp::Put, async {
             redis::cmd("SET")
@@ -283,26 +297,28 @@ impl SharedTier {
         Ok(true)
     }
 
-    /// Reads the chunks a meta value names. `Ok(None)`: the entry is unusable (garbled,
-    /// expired for the writer or for this reader's `max_ttl`, over `max_bytes`, a chunk
-    /// missing).
+    /// Reads the chunks a meta value names, given the meta value's `PTTL` read with it.
+    /// `Ok(None)`: the entry is unusable (garbled, expired for the writer or for this
+    /// reader's `max_ttl`, over `max_bytes`, a chunk missing).
     async fn read_entry(
         &self,
         keys: &Keys,
         meta: &[u8],
+        pttl: i64,
         limits: EntryLimits,
     ) -> Result<Option<CachedResponse>, OpError> {
         let Some(meta) = Meta::decode(meta) else {
             debug!("shared cache: unreadable meta value, treated as a miss");
             return Ok(None);
         };
-        let now_ms = unix_ms();
+        let Some(age) = meta.age(pttl) else {
+            return Ok(None);
+        };
         // The writer capped its TTL with its own max_ttl; this reader's may be shorter.
         // Measured from the store time, like the memory tier's, so the entry and its
         // promoted memory copy stop being served once they are older than either.
         let ttl = Duration::from_millis(meta.ttl_ms).min(limits.max_ttl);
-        let age = meta.age(now_ms);
-        if meta.remaining(now_ms).is_zero() || age >= ttl || meta.body_len > limits.max_bytes {
+        if age >= ttl || meta.body_len > limits.max_bytes {
             return Ok(None);
         }
         let count = usize::try_from(meta.chunks).unwrap_or(usize::MAX);
@@ -459,7 +475,9 @@ impl SharedTier {
     fn unique_id(&self) -> String {
         let n = self.sequence.fetch_add(1, Ordering::Relaxed);
         let high = self.random.hash_one((n, std::process::id(), 0u8));
-        let low = self.random.hash_one((n, unix_ms(), 1u8));
+        let low = self
+            .random
+            .hash_one((n, self.clock.elapsed().as_nanos(), 1u8));
         format!("{high:016x}{low:016x}")
     }
 }

@@ -24,7 +24,10 @@ async fn redis_is_up() -> bool {
 }
 
 fn unique(name: &str) -> String {
-    format!("test:{name}:{}:{}", std::process::id(), unix_ms())
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("test:{name}:{}:{}", std::process::id(), now.as_nanos())
 }
 
 fn tier(metrics: &Metrics, url: &str) -> Arc<SharedTier> {
@@ -356,4 +359,59 @@ async fn a_lease_is_renewed_while_the_tier_rests() {
         "the lease lapsed while the tier rested"
     );
     drop(lease);
+}
+
+/// An entry's age is its TTL less what Redis has left of it, not a time of day the writer
+/// stored: instances whose clocks disagree agree on it. Shortening the meta value's expiry
+/// by hand (as Redis's clock running 40 s ahead of the writer's would) ages the entry for
+/// every reader, and a reader's `max_ttl` then refuses it.
+#[tokio::test]
+async fn an_entrys_age_is_counted_on_the_clock_of_redis() {
+    if !redis_is_up().await {
+        return;
+    }
+    let metrics = Metrics::new();
+    let tier = tier(&metrics, REDIS);
+    let key = unique("redis_clock");
+    let body = vec![Bytes::from_static(b"aged by redis")];
+    tier.put(&key, &entry(body, Duration::from_secs(60))).await;
+    let fresh = tier.get(&key, limits(1 << 20)).await.expect("stored");
+    assert!(fresh.age_secs(Instant::now()) <= 1);
+
+    let mut connection = tier.connection.clone();
+    let shortened: i64 = redis::cmd("PEXPIRE")
+        .arg(Keys::new(&key).meta)
+        .arg(20_000)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(shortened, 1);
+    let aged = tier.get(&key, limits(1 << 20)).await.expect("still fresh");
+    // 40 s and the few ms since the PEXPIRE (a second more on a stalled machine).
+    assert!((40..=41).contains(&aged.age_secs(Instant::now())));
+    let left = aged.expires_at.saturating_duration_since(Instant::now());
+    assert!(
+        left > Duration::from_secs(19) && left <= Duration::from_secs(20),
+        "{left:?}"
+    );
+    let reader = EntryLimits {
+        max_bytes: 1 << 20,
+        max_ttl: Duration::from_secs(30),
+    };
+    assert!(
+        tier.get(&key, reader).await.is_none(),
+        "40 s old: past a 30 s max_ttl"
+    );
+    assert!(matches!(
+        tier.lookup_or_lease(&key, Duration::from_secs(1), reader)
+            .await,
+        LeaseOutcome::Skip
+    ));
+    match tier
+        .lookup_or_lease(&key, Duration::from_secs(1), limits(1 << 20))
+        .await
+    {
+        LeaseOutcome::Found(entry) => assert!((40..=41).contains(&entry.age_secs(Instant::now()))),
+        other => panic!("expected the entry, found {other:?}"),
+    }
 }
