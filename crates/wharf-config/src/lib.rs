@@ -38,8 +38,9 @@ use std::path::Path;
 
 pub use error::{ConfigError, Problem};
 pub use model::{
-    methods_taken, route_rank, DeliverConfig, LimitsConfig, LogFormat, ProxyConfig, QueueConfig,
-    RouteConfig, ServerConfig, ServiceConfig, ServiceKind, Strategy, TelemetryConfig, TlsConfig,
+    methods_taken, route_rank, DeliverConfig, LimitsConfig, LogFormat, NatsCredentials,
+    ProxyConfig, QueueConfig, RouteConfig, ServerConfig, ServiceConfig, ServiceKind, Strategy,
+    TelemetryConfig, TlsConfig,
 };
 pub use redact::redacted_url;
 pub use units::{parse_duration, parse_size, UnitError};

@@ -401,6 +401,33 @@ impl LogFormat {
     }
 }
 
+/// How a queue authenticates to NATS, from its `nats_url`. `Debug` shows no secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum NatsCredentials {
+    /// `nats://user:password@host`: NATS user and password authentication.
+    UserPassword {
+        /// The user name.
+        user: String,
+        /// The password.
+        password: String,
+    },
+    /// `nats://token@host`: NATS token authentication.
+    Token(String),
+}
+
+impl std::fmt::Debug for NatsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UserPassword { user, .. } => f
+                .debug_struct("UserPassword")
+                .field("user", user)
+                .field("password", &"***")
+                .finish(),
+            Self::Token(_) => f.debug_tuple("Token").field(&"***").finish(),
+        }
+    }
+}
+
 /// A `type = "queue"` service: `POST {path}` stores the body in a JetStream stream and
 /// answers 202 once the broker acknowledged it; a durable consumer delivers it to a backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,10 +435,14 @@ pub struct QueueConfig {
     /// `path`: the exact request path served. Required; as a proxy `path`, unique among all
     /// services.
     pub path: String,
-    /// `nats_url`: the NATS server, `nats://host[:port]` (normalised). Default
-    /// `nats://127.0.0.1:4222`. While it is unreachable publishes get 503 and nothing is
-    /// delivered; the client reconnects by itself.
+    /// `nats_url`: the NATS server, `nats://[user:password@|token@]host[:port]`, kept here
+    /// normalised and without its user information (so it can be logged), which is in
+    /// `nats_credentials`. Default `nats://127.0.0.1:4222`. While it is unreachable
+    /// publishes get 503 and nothing is delivered; the client reconnects by itself.
     pub nats_url: String,
+    /// How to authenticate to the broker, from `nats_url`'s user information
+    /// (percent-decoded); `None`: no authentication.
+    pub nats_credentials: Option<NatsCredentials>,
     /// `stream`: the JetStream stream, created at start if absent (file storage, work-queue
     /// retention, capturing `subject` and `deliver.dead_letter_subject`). Required; letters,
     /// digits, `-` and `_`.

@@ -1072,6 +1072,7 @@ deliver = { backend = "https://backend.example/in" }
         QueueConfig {
             path: "/jobs".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_credentials: None,
             stream: "WHARF_JOBS".into(),
             subject: "wharf.jobs".into(),
             forward_headers: vec![

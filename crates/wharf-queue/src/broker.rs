@@ -9,7 +9,7 @@ use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, Context};
 use async_nats::Client;
 use tracing::{debug, info, warn};
-use wharf_config::{redacted_url, QueueConfig};
+use wharf_config::{NatsCredentials, QueueConfig};
 
 use crate::stop::Stop;
 
@@ -34,8 +34,8 @@ pub(crate) async fn connect(
     service: &str,
     config: &QueueConfig,
 ) -> Result<Ready, async_nats::ConnectError> {
-    let (service_name, url) = (service.to_owned(), redacted_url(&config.nats_url));
-    let client = async_nats::ConnectOptions::new()
+    let (service_name, url) = (service.to_owned(), config.nats_url.clone());
+    let options = async_nats::ConnectOptions::new()
         .name(format!("wharf {service}"))
         // The client's own events name neither the service nor the broker; a failed
         // (re)connect repeats every few seconds, and the set-up warning covers it.
@@ -53,9 +53,18 @@ pub(crate) async fn connect(
         })
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(2))
-        .request_timeout(Some(config.publish_timeout))
-        .connect(config.nats_url.as_str())
-        .await?;
+        .request_timeout(Some(config.publish_timeout));
+    // async-nats reads no credentials from the URL (0.46 sends only those set here), so the
+    // config keeps them apart from `nats_url`, which is then safe to log.
+    let client = match &config.nats_credentials {
+        None => options,
+        Some(NatsCredentials::UserPassword { user, password }) => {
+            options.user_and_password(user.clone(), password.clone())
+        }
+        Some(NatsCredentials::Token(token)) => options.token(token.clone()),
+    }
+    .connect(config.nats_url.as_str())
+    .await?;
     let jetstream = jetstream::ContextBuilder::new()
         .timeout(config.publish_timeout)
         // Wait for an in-flight slot rather than fail: the publish as a whole is bounded
@@ -91,7 +100,7 @@ pub(crate) async fn set_up(
             Err(error) => {
                 warn!(
                     service,
-                    url = redacted_url(&config.nats_url),
+                    url = config.nats_url,
                     stream = config.stream,
                     error = %error,
                     "queue set-up failed; retrying"

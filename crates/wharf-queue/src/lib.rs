@@ -145,7 +145,7 @@ async fn start(
             Ok(ready) => ready,
             Err(error) => {
                 // Only a URL the client cannot use gets here (the config validated it).
-                error!(error = %error, url = wharf_config::redacted_url(&config.nats_url), "queue cannot connect; publishes get 503");
+                error!(error = %error, url = config.nats_url, "queue cannot connect; publishes get 503");
                 return;
             }
         },

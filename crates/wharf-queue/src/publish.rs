@@ -121,11 +121,10 @@ impl Inner {
                 self.metrics.published(PublishOutcome::Error);
                 Err(QueueError::NotReady {
                     stream: self.config.stream.clone(),
-                    // Redacted: this reaches the client, and nats_url may carry a password.
+                    // `nats_url` carries no credentials (the config keeps them apart).
                     reason: format!(
                         "no stream and consumer set up on {} within {:?}",
-                        wharf_config::redacted_url(&self.config.nats_url),
-                        self.config.publish_timeout
+                        self.config.nats_url, self.config.publish_timeout
                     ),
                 })
             }

@@ -8,7 +8,7 @@ use url::Url;
 use super::route::HOP_BY_HOP;
 use super::{at_line, check_path, Checker};
 use crate::defaults;
-use crate::model::{DeliverConfig, QueueConfig};
+use crate::model::{DeliverConfig, NatsCredentials, QueueConfig};
 use crate::raw::{RawDeliver, RawService};
 
 /// Validates the queue keys of `raw`; `table` is `services.NAME`. Bad values are reported
@@ -33,11 +33,11 @@ pub(super) fn queue(
         }
     };
 
-    let nats_url = match &raw.nats_url {
-        None => defaults::NATS_URL.to_owned(),
+    let (nats_url, nats_credentials) = match &raw.nats_url {
+        None => (defaults::NATS_URL.to_owned(), None),
         Some(written) => nats_url(written.get_ref()).unwrap_or_else(|why| {
             c.report(Some(written.span()), &key("nats_url"), why);
-            defaults::NATS_URL.to_owned()
+            (defaults::NATS_URL.to_owned(), None)
         }),
     };
 
@@ -123,6 +123,7 @@ pub(super) fn queue(
     QueueConfig {
         path,
         nats_url,
+        nats_credentials,
         stream,
         subject,
         forward_headers,
@@ -290,8 +291,10 @@ pub(super) fn unique_queue_names(c: &mut Checker<'_>, queues: &[QueueNames]) {
     }
 }
 
-/// `nats://host[:port]`, returned normalised.
-pub(crate) fn nats_url(written: &str) -> Result<String, String> {
+/// `nats://[user:password@|token@]host[:port]`, returned normalised without its user
+/// information, and that as credentials (percent-decoded, as the URL carries them). The
+/// NATS client reads no credentials from a URL, so they are handed to it separately.
+pub(crate) fn nats_url(written: &str) -> Result<(String, Option<NatsCredentials>), String> {
     let shown = crate::redacted_url(written);
     let example = r#"e.g. "nats://127.0.0.1:4222""#;
     let url =
@@ -313,11 +316,38 @@ pub(crate) fn nats_url(written: &str) -> Result<String, String> {
             "{shown:?} must not have a path, query or fragment ({example})"
         ));
     }
-    let mut normalised = url.to_string();
+    let decoded = |part: &str, what: &str| {
+        percent_encoding::percent_decode_str(part)
+            .decode_utf8()
+            .map(|text| text.into_owned())
+            .map_err(|_| format!("{shown:?}: the {what} is not UTF-8 once percent-decoded"))
+    };
+    let credentials = match (url.username(), url.password()) {
+        ("", None) => None,
+        ("", Some(_)) => {
+            return Err(format!(
+                "{shown:?} has a password but no user (user:password@ for a user, \
+                 token@ for a token)"
+            ))
+        }
+        (token, None) => Some(NatsCredentials::Token(decoded(token, "token")?)),
+        (user, Some(password)) => Some(NatsCredentials::UserPassword {
+            user: decoded(user, "user")?,
+            password: decoded(password, "password")?,
+        }),
+    };
+    let mut bare = url;
+    // Only fails for URLs that cannot have a host, and this one has a host.
+    if bare.set_username("").is_err() || bare.set_password(None).is_err() {
+        return Err(format!(
+            "{shown:?}: its user information cannot be separated"
+        ));
+    }
+    let mut normalised = bare.to_string();
     if normalised.ends_with('/') {
         normalised.pop();
     }
-    Ok(normalised)
+    Ok((normalised, credentials))
 }
 
 /// A JetStream stream name: letters, digits, `-` and `_`, at most 255 characters.
@@ -387,8 +417,8 @@ mod tests {
     #[test]
     fn names_and_urls() {
         assert_eq!(
-            nats_url("nats://nats.example:4222/").as_deref(),
-            Ok("nats://nats.example:4222")
+            nats_url("nats://nats.example:4222/"),
+            Ok(("nats://nats.example:4222".to_owned(), None))
         );
         for bad in [
             "",
@@ -396,9 +426,55 @@ mod tests {
             "tls://x:4222",
             "nats://",
             "nats://x/jobs",
+            "nats://:pw@x:4222",
+            "nats://u:%FF@x:4222",
         ] {
             assert!(nats_url(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// The NATS client takes no credentials from a URL: they are separated here, decoded,
+    /// and the URL kept (and logged) without them.
+    #[test]
+    fn nats_credentials_are_taken_out_of_the_url() {
+        let user_password = |user: &str, password: &str| NatsCredentials::UserPassword {
+            user: user.into(),
+            password: password.into(),
+        };
+        for (written, credentials) in [
+            (
+                "nats://app:s3cret@h:4222",
+                Some(user_password("app", "s3cret")),
+            ),
+            (
+                "nats://app:p%40ss%2Fw@h:4222/",
+                Some(user_password("app", "p@ss/w")),
+            ),
+            (
+                "nats://t0ken@h:4222",
+                Some(NatsCredentials::Token("t0ken".into())),
+            ),
+            ("nats://h:4222", None),
+        ] {
+            assert_eq!(
+                nats_url(written),
+                Ok(("nats://h:4222".to_owned(), credentials)),
+                "{written}"
+            );
+        }
+        let shown = format!("{:?}", user_password("app", "s3cret"));
+        assert!(
+            !shown.contains("s3cret") && shown.contains("app"),
+            "{shown}"
+        );
+        let shown = format!("{:?}", NatsCredentials::Token("t0ken".into()));
+        assert!(!shown.contains("t0ken"), "{shown}");
+        let refused = nats_url("nats://:s3cret@h:4222").unwrap_err();
+        assert!(!refused.contains("s3cret"), "{refused}");
+    }
+
+    #[test]
+    fn more_names() {
         assert!(stream_name("WHARF_JOBS-1").is_ok());
         for bad in ["", "a.b", "a b", "a*", "a>", "a/b"] {
             assert!(stream_name(bad).is_err(), "{bad:?}");
