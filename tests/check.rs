@@ -322,7 +322,7 @@ vg2z3S8taTNzg4FAKa/yhpSUsyTVm/KS1gy6AKDtfQ==
             Some(p521_pkcs8),
             "server.tls_key",
             "key.pem",
-            "a key on P-521 (secp521r1), which wharf's TLS cannot use; wharf takes RSA",
+            "a key on P-521 (secp521r1), which wharf's TLS cannot use; wharf takes RSA keys of 2048 to 4096 bits",
         ),
         (
             "key on P-521, SEC1",
@@ -330,7 +330,7 @@ vg2z3S8taTNzg4FAKa/yhpSUsyTVm/KS1gy6AKDtfQ==
             Some(p521_sec1),
             "server.tls_key",
             "key.pem",
-            "a key on P-521 (secp521r1), which wharf's TLS cannot use; wharf takes RSA",
+            "a key on P-521 (secp521r1), which wharf's TLS cannot use; wharf takes RSA keys of 2048 to 4096 bits",
         ),
         (
             "another key",

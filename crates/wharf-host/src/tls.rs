@@ -125,8 +125,9 @@ fn is_encrypted_key(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|bytes| bytes.windows(MARKER.len()).any(|w| w == MARKER))
 }
 
-/// The keys ring signs with, for messages.
-const USABLE_KEYS: &str = "RSA, ECDSA on P-256 or P-384, and Ed25519 keys";
+/// The keys ring signs with (its RSA signing keys are 2048 to 4096 bits), for messages.
+const USABLE_KEYS: &str =
+    "RSA keys of 2048 to 4096 bits, ECDSA keys on P-256 or P-384, and Ed25519 keys";
 
 /// The curve of a key that parses but that ring cannot sign with, found by the curve's
 /// object identifier (DER-encoded, tag and length included) in the key's DER: both the

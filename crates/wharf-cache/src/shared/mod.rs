@@ -20,15 +20,15 @@
 //! the same `age`.
 //!
 //! Layout of one entry under cache key `K` (the `{K}` hash tag keeps an entry's keys in one
-//! cluster slot):
-//! - `wharf:{K}:m` — the meta value (`codec.rs`): status, relayed headers, body length, chunk
+//! cluster slot; the prefix, [`KEY_PREFIX`], names the layout):
+//! - `wharf2:{K}:m` — the meta value (`codec.rs`): status, relayed headers, body length, chunk
 //!   count, TTL and the chunk-key version. Written last, so a reader that finds it finds the
 //!   chunks too; it expires with the entry's TTL, as the memory entry does.
-//! - `wharf:{K}:c:VERSION:I` — body chunk `I` of [`SharedTierConfig::chunk_bytes`] (256 KiB),
+//! - `wharf2:{K}:c:VERSION:I` — body chunk `I` of [`SharedTierConfig::chunk_bytes`] (256 KiB),
 //!   so no side holds a big body in one value; kept a little longer than the meta value so
 //!   that a reader who saw the meta just before it expired still finds every chunk. A new
 //!   version per write keeps two writers of one key from mixing chunks.
-//! - `wharf:{K}:l` — the fill lease: `SET NX PX` by the instance that fetches `K` from the
+//! - `wharf2:{K}:l` — the fill lease: `SET NX PX` by the instance that fetches `K` from the
 //!   origin, so that instances missing `K` at the same time make one origin request between
 //!   them ([`SharedTier::lookup_or_lease`], [`SharedTier::wait`]).
 //!
@@ -311,6 +311,9 @@ impl SharedTier {
             debug!("shared cache: unreadable meta value, treated as a miss");
             return Ok(None);
         };
+        // The age is as of the meta value's read: the chunks' round trips below must not
+        // make the entry look younger than Redis counts it.
+        let read_at = Instant::now();
         let Some(age) = meta.age(pttl) else {
             return Ok(None);
         };
@@ -357,12 +360,11 @@ impl SharedTier {
             status: meta.status,
             headers: meta.headers.clone(),
         });
-        let now = Instant::now();
-        // An age this process's clock cannot go back to (just started): count from now,
+        // An age this process's clock cannot go back to (just started): count from the read,
         // shortening the lifetime by that age so the entry still expires on time.
-        let (stored_at, ttl) = match now.checked_sub(age) {
+        let (stored_at, ttl) = match read_at.checked_sub(age) {
             Some(stored_at) => (stored_at, ttl),
-            None => (now, ttl.saturating_sub(age)),
+            None => (read_at, ttl.saturating_sub(age)),
         };
         Ok(Some(CachedResponse::new(head, body, stored_at, ttl)))
     }
@@ -482,20 +484,27 @@ impl SharedTier {
     }
 }
 
+/// The start of every key, naming the entry layout. A new layout takes a new prefix
+/// (`wharf2`: the meta value without the writer's store time), so that during a rolling
+/// upgrade the two versions keep their entries and leases apart: each serves its own hits
+/// and makes one fetch per key, rather than each taking the other's entry for garbage,
+/// fetching without a lease and overwriting it.
+const KEY_PREFIX: &str = "wharf2";
+
 /// The Redis keys of one cache key.
 struct Keys {
     meta: String,
     lease: String,
-    /// `wharf:{K}:c:` — followed by `VERSION:I`.
+    /// `wharf2:{K}:c:` — followed by `VERSION:I`.
     chunk_prefix: String,
 }
 
 impl Keys {
     fn new(key: &str) -> Self {
         Self {
-            meta: format!("wharf:{{{key}}}:m"),
-            lease: format!("wharf:{{{key}}}:l"),
-            chunk_prefix: format!("wharf:{{{key}}}:c:"),
+            meta: format!("{KEY_PREFIX}:{{{key}}}:m"),
+            lease: format!("{KEY_PREFIX}:{{{key}}}:l"),
+            chunk_prefix: format!("{KEY_PREFIX}:{{{key}}}:c:"),
         }
     }
 
