@@ -1106,6 +1106,31 @@ deliver = { backend = "https://backend.example/in" }
     );
 }
 
+/// `forward_headers` stores a client's headers with the message: the broker's own and
+/// wharf's own names are refused, whatever their case.
+#[test]
+fn queue_forward_headers_refuse_the_brokers_and_wharfs_own_names() {
+    let text = r#"
+[services.jobs]
+type = "queue"
+path = "/jobs"
+stream = "WHARF_JOBS"
+subject = "wharf.jobs"
+forward_headers = ["x-tenant", "Nats-Msg-Id", "nats-rollup", "X-Wharf-Attempts-Made"]
+
+[services.jobs.deliver]
+backend = "http://127.0.0.1:7001/handle"
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            r#"wharf.toml:7: services.jobs.forward_headers: "nats-msg-id" is a NATS header, which the broker acts on: a client must not set it"#,
+            r#"wharf.toml:7: services.jobs.forward_headers: "nats-rollup" is a NATS header, which the broker acts on: a client must not set it"#,
+            r#"wharf.toml:7: services.jobs.forward_headers: "x-wharf-attempts-made" is one of wharf's queue headers, which wharf sets itself (a client's x-wharf-message-id is read without being forwarded)"#,
+        ]
+    );
+}
+
 #[test]
 fn queue_problems_name_file_line_key() {
     let text = r#"

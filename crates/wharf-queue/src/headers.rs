@@ -13,7 +13,8 @@ pub const MESSAGE_ID_HEADER: &str = "x-wharf-message-id";
 /// backend was down is none).
 pub const DELIVERY_HEADER: &str = "x-wharf-delivery";
 /// Stored header of a handed-back copy: the attempts made on the message before the copy
-/// was stored. Never sent to the backend; never taken from a client (`publish`).
+/// was stored. Never sent to the backend; never taken from a client (the config refuses
+/// `x-wharf-*` names in `forward_headers`).
 pub const ATTEMPTS_HEADER: &str = "x-wharf-attempts-made";
 /// Dead-letter header: why the message was given up.
 pub const DEAD_REASON_HEADER: &str = "x-wharf-dead-reason";

@@ -11,7 +11,7 @@ use wharf_host::{RequestBody, ResponseBody};
 use wharf_metrics::queue::PublishOutcome;
 
 use crate::broker::Ready;
-use crate::deliver::{ATTEMPTS_HEADER, MESSAGE_ID_HEADER};
+use crate::deliver::MESSAGE_ID_HEADER;
 use crate::error::QueueError;
 use crate::Inner;
 
@@ -34,11 +34,9 @@ impl Inner {
             None => nuid::next().to_string(),
         };
         let mut headers = async_nats::HeaderMap::new();
+        // The config refuses `nats-*` and `x-wharf-*` names here: a client cannot steer the
+        // broker or pose as the deliverer's own count of attempts.
         for name in &self.config.forward_headers {
-            // The deliverer's own count of attempts: a client must not set it.
-            if name.as_str() == ATTEMPTS_HEADER {
-                continue;
-            }
             for value in request.headers().get_all(name) {
                 // NATS headers are text; a value that is not is left out.
                 if let Ok(value) = value.to_str() {

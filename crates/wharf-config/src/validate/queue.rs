@@ -91,6 +91,16 @@ pub(super) fn queue(
                     Ok(name) if HOP_BY_HOP.contains(&name.as_str()) => Some(format!(
                         "{name:?} is a hop-by-hop or framing header, which wharf manages itself"
                     )),
+                    // Stored with the message, these would let a client steer the broker
+                    // (`Nats-Msg-Id` de-duplicates, `Nats-Expected-*` and `Nats-Rollup`
+                    // change what is stored) or pose as wharf's own count of attempts.
+                    Ok(name) if name.as_str().starts_with("nats-") => Some(format!(
+                        "{name:?} is a NATS header, which the broker acts on: a client must not set it"
+                    )),
+                    Ok(name) if name.as_str().starts_with("x-wharf-") => Some(format!(
+                        "{name:?} is one of wharf's queue headers, which wharf sets itself \
+                         (a client's x-wharf-message-id is read without being forwarded)"
+                    )),
                     Ok(name) => {
                         if !forward_headers.contains(&name) {
                             forward_headers.push(name);
