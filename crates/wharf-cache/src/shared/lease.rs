@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tracing::debug;
 use wharf_metrics::shared::{SharedLease, SharedLookup, SharedOp};
 
-use super::{EntryLimits, Keys, OpError, SharedTier};
+use super::{EntryLimits, Keys, OpError, Read, SharedTier};
 use crate::entry::CachedResponse;
 
 /// Finds the meta value, or takes the lease, in one atomic step: KEYS = meta, lease;
@@ -54,6 +54,26 @@ fn meta_and_pttl(answer: &Value) -> Option<(&[u8], i64)> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// What taking a lease answered (the lookup-or-lease script, or `SET NX`).
+enum LeaseAnswer {
+    /// Taken: this instance fetches.
+    Taken,
+    /// Another instance holds it.
+    HeldElsewhere,
+    /// Not an answer the script gives.
+    Unexpected(Value),
+}
+
+impl From<Value> for LeaseAnswer {
+    fn from(answer: Value) -> Self {
+        match answer {
+            Value::Int(1) => LeaseAnswer::Taken,
+            Value::Int(0) => LeaseAnswer::HeldElsewhere,
+            other => LeaseAnswer::Unexpected(other),
+        }
     }
 }
 
@@ -130,16 +150,30 @@ impl SharedTier {
                     .await
             })
             .await;
-        if let Some((meta, pttl)) = answer.as_ref().ok().and_then(meta_and_pttl) {
-            let found = self.read_entry(&keys, meta, pttl, limits).await;
-            self.count_lookup(&found);
-            return match found {
-                Ok(Some(entry)) => LeaseOutcome::Found(entry),
-                _ => LeaseOutcome::Skip,
-            };
-        }
-        let (outcome, lookup) = match answer {
-            Ok(Value::Int(1)) => {
+        let read = match answer.as_ref().ok().and_then(meta_and_pttl) {
+            Some((meta, pttl)) => Some(self.read_entry(&keys, meta, pttl, limits).await),
+            None => None,
+        };
+        let lease = match read {
+            None => answer.map(LeaseAnswer::from),
+            Some(Ok(Read::Entry(entry))) => {
+                self.metrics.lookup(SharedLookup::Hit);
+                return LeaseOutcome::Found(entry);
+            }
+            Some(Ok(Read::TooBig)) => {
+                self.metrics.lookup(SharedLookup::Miss);
+                return LeaseOutcome::Skip;
+            }
+            Some(Err(error)) => {
+                self.count_lookup::<()>(&Err(error));
+                return LeaseOutcome::Skip;
+            }
+            // An entry this instance cannot use, which its fetch would replace: that fetch
+            // is coalesced under the lease, as a miss's is (not one fetch per instance).
+            Some(Ok(Read::Replaceable)) => self.take_lease(&keys, &token, ttl_ms).await,
+        };
+        let (outcome, lookup) = match lease {
+            Ok(LeaseAnswer::Taken) => {
                 self.metrics.lease(SharedLease::Acquired);
                 let held = Held {
                     key: keys.lease,
@@ -151,11 +185,11 @@ impl SharedTier {
                     SharedLookup::Miss,
                 )
             }
-            Ok(Value::Int(0)) => {
+            Ok(LeaseAnswer::HeldElsewhere) => {
                 self.metrics.lease(SharedLease::Held);
                 (LeaseOutcome::Held, SharedLookup::Miss)
             }
-            Ok(other) => {
+            Ok(LeaseAnswer::Unexpected(other)) => {
                 debug!(answer = ?other, "shared cache: unexpected lease answer");
                 self.metrics.lease(SharedLease::Error);
                 (LeaseOutcome::Skip, SharedLookup::Miss)
@@ -173,9 +207,37 @@ impl SharedTier {
         outcome
     }
 
+    /// Takes `keys`' lease for `ttl_ms` if no instance holds it (`SET NX PX`).
+    async fn take_lease(
+        &self,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+    ) -> Result<LeaseAnswer, OpError> {
+        let mut connection = self.connection.clone();
+        let set = self
+            .run(SharedOp::Lease, async {
+                redis::cmd("SET")
+                    .arg(&keys.lease)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .query_async::<Option<String>>(&mut connection)
+                    .await
+            })
+            .await?;
+        Ok(match set {
+            Some(_) => LeaseAnswer::Taken,
+            None => LeaseAnswer::HeldElsewhere,
+        })
+    }
+
     /// Waits for the entry of `key` that another instance is fetching, polling every
     /// [`SharedTierConfig::poll_interval`](super::SharedTierConfig::poll_interval) until it
-    /// appears, the lease is given back or expires, or `until`. The holder renews its lease
+    /// appears, the lease is given back or expires, or `until`. An entry this instance
+    /// cannot use but that the holder's fetch replaces (older than this instance's
+    /// `max_ttl`, a chunk evicted) is waited past while the lease is held. The holder renews its lease
     /// while it fetches, so `until` is an overall bound (the proxy's `total_timeout`), not
     /// a guess of how long a fetch takes.
     pub async fn wait(
@@ -185,6 +247,9 @@ impl SharedTier {
         until: tokio::time::Instant,
     ) -> WaitOutcome {
         let keys = Keys::new(key);
+        // A meta value found unusable here while the lease is held: the one the holder's
+        // fetch replaces, not read again at every poll (its chunks may be many).
+        let mut replaced: Option<Vec<u8>> = None;
         loop {
             let next = tokio::time::Instant::now() + self.config.poll_interval;
             if next >= until {
@@ -208,11 +273,15 @@ impl SharedTier {
                 })
                 .await;
             match polled {
-                Ok((Some(meta), pttl, _)) => {
-                    return match self.read_entry(&keys, &meta, pttl, limits).await {
-                        Ok(Some(entry)) => WaitOutcome::Found(entry),
-                        _ => WaitOutcome::GiveUp,
-                    };
+                // The entry the holder's fetch replaces, read before: still there.
+                Ok((Some(meta), _, true)) if replaced.as_ref() == Some(&meta) => {}
+                Ok((Some(meta), pttl, leased)) => {
+                    match self.read_entry(&keys, &meta, pttl, limits).await {
+                        Ok(Read::Entry(entry)) => return WaitOutcome::Found(entry),
+                        Ok(Read::Replaceable) if leased => replaced = Some(meta),
+                        Ok(Read::Replaceable) => return WaitOutcome::LeaseFree,
+                        Ok(Read::TooBig) | Err(_) => return WaitOutcome::GiveUp,
+                    }
                 }
                 Ok((None, _, true)) => {}
                 Ok((None, _, false)) => return WaitOutcome::LeaseFree,

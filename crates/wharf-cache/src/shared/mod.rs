@@ -214,7 +214,10 @@ impl SharedTier {
             })
             .await;
         let found = match meta {
-            Ok((Some(meta), pttl)) => self.read_entry(&keys, &meta, pttl, limits).await,
+            Ok((Some(meta), pttl)) => self
+                .read_entry(&keys, &meta, pttl, limits)
+                .await
+                .map(Read::usable),
             Ok((None, _)) => Ok(None),
             Err(error) => Err(error),
         };
@@ -298,37 +301,38 @@ impl SharedTier {
     }
 
     /// Reads the chunks a meta value names, given the meta value's `PTTL` read with it.
-    /// `Ok(None)`: the entry is unusable (garbled, expired for the writer or for this
-    /// reader's `max_ttl`, over `max_bytes`, a chunk missing).
     async fn read_entry(
         &self,
         keys: &Keys,
         meta: &[u8],
         pttl: i64,
         limits: EntryLimits,
-    ) -> Result<Option<CachedResponse>, OpError> {
+    ) -> Result<Read, OpError> {
         let Some(meta) = Meta::decode(meta) else {
             debug!("shared cache: unreadable meta value, treated as a miss");
-            return Ok(None);
+            return Ok(Read::Replaceable);
         };
         // The age is as of the meta value's read: the chunks' round trips below must not
         // make the entry look younger than Redis counts it.
         let read_at = Instant::now();
         let Some(age) = meta.age(pttl) else {
-            return Ok(None);
+            return Ok(Read::Replaceable);
         };
+        if meta.body_len > limits.max_bytes {
+            return Ok(Read::TooBig);
+        }
         // The writer capped its TTL with its own max_ttl; this reader's may be shorter.
         // Measured from the store time, like the memory tier's, so the entry and its
         // promoted memory copy stop being served once they are older than either.
         let ttl = Duration::from_millis(meta.ttl_ms).min(limits.max_ttl);
-        if age >= ttl || meta.body_len > limits.max_bytes {
-            return Ok(None);
+        if age >= ttl {
+            return Ok(Read::Replaceable);
         }
         let count = usize::try_from(meta.chunks).unwrap_or(usize::MAX);
         let plausible = (meta.body_len == 0 && count == 0)
             || (count > 0 && meta.body_len.div_ceil(count as u64) <= 64 << 20);
         if !plausible {
-            return Ok(None);
+            return Ok(Read::Replaceable);
         }
         let mut body = Vec::with_capacity(count);
         let mut received = 0u64;
@@ -347,14 +351,14 @@ impl SharedTier {
             for value in values {
                 let Value::BulkString(chunk) = value else {
                     debug!("shared cache: chunk missing, treated as a miss");
-                    return Ok(None);
+                    return Ok(Read::Replaceable);
                 };
                 received += chunk.len() as u64;
                 body.push(Bytes::from(chunk));
             }
         }
         if received != meta.body_len || body.len() != count {
-            return Ok(None);
+            return Ok(Read::Replaceable);
         }
         let head = Arc::new(ResponseHead {
             status: meta.status,
@@ -366,7 +370,7 @@ impl SharedTier {
             Some(stored_at) => (stored_at, ttl),
             None => (read_at, ttl.saturating_sub(age)),
         };
-        Ok(Some(CachedResponse::new(head, body, stored_at, ttl)))
+        Ok(Read::Entry(CachedResponse::new(head, body, stored_at, ttl)))
     }
 
     /// Runs one Redis round trip within the op timeout, with its latency and failure
@@ -490,6 +494,31 @@ impl SharedTier {
 /// and makes one fetch per key, rather than each taking the other's entry for garbage,
 /// fetching without a lease and overwriting it.
 const KEY_PREFIX: &str = "wharf2";
+
+/// What reading an entry found, for this instance.
+#[derive(Debug)]
+enum Read {
+    /// An entry to serve.
+    Entry(CachedResponse),
+    /// None this instance can serve, but its fetch would store one it can: the entry is
+    /// older than this instance's `max_ttl`, expired, unreadable, or lost a chunk (Redis
+    /// evicts the big chunk values before their small meta value). A fetch to replace it
+    /// is coalesced like a miss's, under the lease.
+    Replaceable,
+    /// None this instance can serve, and its fetch would store none: the body is over its
+    /// `max_bytes`. Fetched without the lease, which would only serialise such fetches.
+    TooBig,
+}
+
+impl Read {
+    /// The entry, if there is one to serve.
+    fn usable(self) -> Option<CachedResponse> {
+        match self {
+            Read::Entry(entry) => Some(entry),
+            Read::Replaceable | Read::TooBig => None,
+        }
+    }
+}
 
 /// The Redis keys of one cache key.
 struct Keys {

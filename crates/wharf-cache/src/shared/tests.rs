@@ -258,11 +258,14 @@ async fn an_entry_is_fresh_for_no_longer_than_the_readers_max_ttl() {
         tier.get(&key, reader(2)).await.is_none(),
         "older than the reader's max_ttl: a miss"
     );
-    assert!(matches!(
-        tier.lookup_or_lease(&key, Duration::from_secs(1), reader(2))
-            .await,
-        LeaseOutcome::Skip
-    ));
+    // A miss here, refetched under the lease (an_entry_unusable_here_is_replaced_under_the_lease).
+    let LeaseOutcome::Acquired(lease) = tier
+        .lookup_or_lease(&key, Duration::from_secs(1), reader(2))
+        .await
+    else {
+        panic!("older than the reader's max_ttl: a miss");
+    };
+    tier.release(lease).await;
     // Fresh for this reader for 10 s from the store time, 7 s from now, not 27 s.
     let found = tier.get(&key, reader(10)).await.expect("fresh for 10 s");
     let left = found.expires_at.saturating_duration_since(Instant::now());
@@ -402,11 +405,13 @@ async fn an_entrys_age_is_counted_on_the_clock_of_redis() {
         tier.get(&key, reader).await.is_none(),
         "40 s old: past a 30 s max_ttl"
     );
-    assert!(matches!(
-        tier.lookup_or_lease(&key, Duration::from_secs(1), reader)
-            .await,
-        LeaseOutcome::Skip
-    ));
+    let LeaseOutcome::Acquired(lease) = tier
+        .lookup_or_lease(&key, Duration::from_secs(1), reader)
+        .await
+    else {
+        panic!("40 s old: a miss past a 30 s max_ttl");
+    };
+    tier.release(lease).await;
     match tier
         .lookup_or_lease(&key, Duration::from_secs(1), limits(1 << 20))
         .await
@@ -424,4 +429,95 @@ async fn an_entrys_age_is_counted_on_the_clock_of_redis() {
         }
         other => panic!("expected the entry, found {other:?}"),
     }
+}
+
+/// An entry in Redis that this instance cannot serve but its fetch would replace (older
+/// than its `max_ttl`, or a chunk evicted, as Redis evicts big values first) is refetched
+/// under the lease, as a miss is: one instance fetches, the others wait for its entry
+/// rather than each fetching the origin. One over this instance's `max_bytes` is not (its
+/// fetch would store nothing).
+#[tokio::test]
+async fn an_entry_unusable_here_is_replaced_under_the_lease() {
+    if !redis_is_up().await {
+        return;
+    }
+    let metrics = Metrics::new();
+    let (a, b) = (tier(&metrics, REDIS), tier(&metrics, REDIS));
+    let key = unique("replace");
+    let lease_ttl = Duration::from_secs(5);
+    // Stored 3 s ago with a 30 s TTL: stale for instances whose max_ttl is 2 s.
+    let stored_at = Instant::now() - Duration::from_secs(3);
+    let old = vec![Bytes::from_static(b"old")];
+    a.put(&key, &entry_stored(old, stored_at, Duration::from_secs(30)))
+        .await;
+    let short = EntryLimits {
+        max_bytes: 1 << 20,
+        max_ttl: Duration::from_secs(2),
+    };
+    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, lease_ttl, short).await else {
+        panic!("a stale entry is a miss that takes the lease");
+    };
+    assert!(matches!(
+        b.lookup_or_lease(&key, lease_ttl, short).await,
+        LeaseOutcome::Held
+    ));
+    assert!(
+        matches!(
+            b.lookup_or_lease(&key, lease_ttl, limits(2)).await,
+            LeaseOutcome::Skip
+        ),
+        "over this instance's max_bytes: fetched without the lease"
+    );
+    // The holder replaces the entry while the other waits past the stale one.
+    let writer = {
+        let (a, key) = (a.clone(), key.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let new = vec![Bytes::from_static(b"new")];
+            a.put(&key, &entry(new, Duration::from_secs(30))).await;
+            a.release(lease).await;
+        })
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    match b.wait(&key, short, until).await {
+        WaitOutcome::Found(found) => assert_eq!(body_of(&found), b"new"),
+        other => panic!("expected the holder's entry, got {other:?}"),
+    }
+    writer.await.unwrap();
+
+    // A chunk evicted: the meta value names a body Redis no longer has all of.
+    let key = unique("evicted");
+    let body: Vec<u8> = (0..(300 << 10)).map(|i: u32| (i % 251) as u8).collect();
+    a.put(
+        &key,
+        &entry(vec![Bytes::from(body)], Duration::from_secs(30)),
+    )
+    .await;
+    let mut connection = a.connection.clone();
+    let chunks: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", Keys::new(&key).chunk_prefix))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(chunks.len(), 2, "300 KiB in 256 KiB values");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&chunks[1])
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, lease_ttl, limits(1 << 20)).await
+    else {
+        panic!("an entry missing a chunk is a miss that takes the lease");
+    };
+    assert!(matches!(
+        b.lookup_or_lease(&key, lease_ttl, limits(1 << 20)).await,
+        LeaseOutcome::Held
+    ));
+    a.release(lease).await;
+    // Given back with the broken entry still there: the waiter is told the lease is free.
+    let until = tokio::time::Instant::now() + Duration::from_secs(2);
+    assert!(matches!(
+        b.wait(&key, limits(1 << 20), until).await,
+        WaitOutcome::LeaseFree
+    ));
 }
