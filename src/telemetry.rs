@@ -156,9 +156,23 @@ pub(crate) fn warn_of_ignored_proxy_variables() {
     }
 }
 
-/// The log filter: `RUST_LOG` if set and valid, else `log_level`; plus a warning when
-/// `RUST_LOG` was set but invalid.
+/// Caps the one log target known to print a secret: async-nats 0.46 logs its CONNECT
+/// message at `trace` with the broker password or token in it (`connection.rs`, the derived
+/// `Debug` of `ConnectInfo`). Added to every log filter, `RUST_LOG=trace` included.
+const SECRET_SAFE: &str = "async_nats::connection=debug";
+
+/// The log filter: `RUST_LOG` if set and valid, else `log_level`, with [`SECRET_SAFE`];
+/// plus a warning when `RUST_LOG` was set but invalid.
 fn log_filter(config: &TelemetryConfig) -> anyhow::Result<(EnvFilter, Option<String>)> {
+    let (filter, ignored) = chosen_log_filter(config)?;
+    let secret_safe = SECRET_SAFE
+        .parse()
+        .with_context(|| format!("the built-in log directive {SECRET_SAFE:?}"))?;
+    Ok((filter.add_directive(secret_safe), ignored))
+}
+
+/// `RUST_LOG` if set and valid, else `log_level`.
+fn chosen_log_filter(config: &TelemetryConfig) -> anyhow::Result<(EnvFilter, Option<String>)> {
     let mut ignored = None;
     if let Ok(directives) = std::env::var(LOG_ENV) {
         if !directives.trim().is_empty() {

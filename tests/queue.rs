@@ -772,8 +772,8 @@ impl Drop for OwnNats {
 /// Credentials in `nats_url` authenticate. async-nats reads none from a URL, so they were
 /// dropped and a broker that requires them refused every connection: publishes got 503
 /// and nothing was delivered. A password with an `@` is percent-encoded in the URL and
-/// decoded for the broker; at `debug` (where the NATS client logs the address it dials) no
-/// log line holds it.
+/// decoded for the broker; at `trace` (where the NATS client logs the address it dials and
+/// its CONNECT message) no log line holds it.
 #[tokio::test]
 async fn credentials_in_nats_url_authenticate_and_appear_in_no_log_line() {
     let Some(nats) = OwnNats::start("wharf", "p@ss-s3cret") else {
@@ -798,7 +798,7 @@ async fn credentials_in_nats_url_authenticate_and_appear_in_no_log_line() {
     let config = config_file(
         "queue-credentials",
         &format!(
-            "{}{toml}\n[telemetry]\nlog_level = \"debug\"\n",
+            "{}{toml}\n[telemetry]\nlog_level = \"trace\"\n",
             server_table("")
         ),
     );
@@ -820,7 +820,7 @@ async fn credentials_in_nats_url_authenticate_and_appear_in_no_log_line() {
     assert!(exit.success(), "{exit}\n{logs}");
     assert!(
         logs.contains("queue broker connected"),
-        "debug logs were written:\n{logs}"
+        "trace logs were written:\n{logs}"
     );
     assert!(!logs.contains("s3cret"), "the password was logged:\n{logs}");
 }

@@ -332,19 +332,32 @@ pub(crate) fn nats_url(written: &str) -> Result<(String, Option<NatsCredentials>
             .map(|text| text.into_owned())
             .map_err(|_| format!("{shown:?}: the {what} is not UTF-8 once percent-decoded"))
     };
-    let credentials = match (url.username(), url.password()) {
-        ("", None) => None,
-        ("", Some(_)) => {
-            return Err(format!(
-                "{shown:?} has a password but no user (user:password@ for a user, \
-                 token@ for a token)"
-            ))
-        }
-        (token, None) => Some(NatsCredentials::Token(decoded(token, "token")?)),
-        (user, Some(password)) => Some(NatsCredentials::UserPassword {
-            user: decoded(user, "user")?,
-            password: decoded(password, "password")?,
-        }),
+    let credentials = if url.username().is_empty() && url.password().is_none() {
+        None
+    } else {
+        // Read from the text, not from `url`, which drops an empty password: `user:@h`
+        // would otherwise become the token "user". The path check above makes the
+        // authority run to the end, or to a lone `/`.
+        let after_scheme = written.split_once("://").map_or(written, |(_, rest)| rest);
+        let authority = after_scheme
+            .find(['/', '?', '#'])
+            .map_or(after_scheme, |end| &after_scheme[..end]);
+        let userinfo = authority
+            .rsplit_once('@')
+            .map_or("", |(userinfo, _)| userinfo);
+        Some(match userinfo.split_once(':') {
+            Some(("", _)) => {
+                return Err(format!(
+                    "{shown:?} has a password but no user (user:password@ for a user, \
+                     token@ for a token)"
+                ))
+            }
+            Some((user, password)) => NatsCredentials::UserPassword {
+                user: decoded(user, "user")?,
+                password: decoded(password, "password")?,
+            },
+            None => NatsCredentials::Token(decoded(userinfo, "token")?),
+        })
     };
     let mut bare = url;
     // Only fails for URLs that cannot have a host, and this one has a host.
@@ -463,6 +476,12 @@ mod tests {
             (
                 "nats://t0ken@h:4222",
                 Some(NatsCredentials::Token("t0ken".into())),
+            ),
+            ("nats://app:@h:4222", Some(user_password("app", ""))),
+            ("nats://app:p@ss@h:4222", Some(user_password("app", "p@ss"))),
+            (
+                "nats://t%3Ak@h:4222",
+                Some(NatsCredentials::Token("t:k".into())),
             ),
             ("nats://h:4222", None),
         ] {
