@@ -2,7 +2,10 @@
 //! request between them. [`SharedTier::lookup_or_lease`] looks the entry up and, on a miss,
 //! takes the key's lease in one atomic step (a Lua script); the holder fetches, puts the
 //! entry and [`SharedTier::release`]s the lease; the others [`SharedTier::wait`] for the
-//! entry, or for the lease to go.
+//! entry, or for the lease to go. An entry this instance cannot serve but its fetch would
+//! replace (older than its `max_ttl`, a chunk evicted) is a miss too: a second run of the
+//! script takes the lease only if that entry is still the one there, so an entry stored
+//! meanwhile is served rather than fetched again.
 //!
 //! A fetch may take far longer than the lease's TTL (a slow body), so a held [`Lease`] is
 //! kept alive by a task that extends it every third of its TTL, only while it is still
@@ -24,11 +27,13 @@ use super::{EntryLimits, Keys, OpError, Read, SharedTier};
 use crate::entry::CachedResponse;
 
 /// Finds the meta value, or takes the lease, in one atomic step: KEYS = meta, lease;
-/// ARGV = token, lease TTL in ms. Returns the meta value and its PTTL, 1 (lease taken) or 0
-/// (lease held by another instance).
+/// ARGV = token, lease TTL in ms, and optionally a meta value to look past (one found
+/// unusable, whose replacement this instance would fetch). Returns the meta value and its
+/// PTTL (unless it is the one to look past), 1 (lease taken) or 0 (lease held by another
+/// instance).
 const LOOKUP_OR_LEASE: &str = r"
 local meta = redis.call('GET', KEYS[1])
-if meta then return {meta, redis.call('PTTL', KEYS[1])} end
+if meta and meta ~= ARGV[3] then return {meta, redis.call('PTTL', KEYS[1])} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 ";
@@ -47,7 +52,7 @@ return 0
 ";
 
 /// The meta value and its PTTL, if that is what [`LOOKUP_OR_LEASE`] answered.
-fn meta_and_pttl(answer: &Value) -> Option<(&[u8], i64)> {
+pub(super) fn meta_and_pttl(answer: &Value) -> Option<(&[u8], i64)> {
     match answer {
         Value::Array(items) => match items.as_slice() {
             [Value::BulkString(meta), Value::Int(pttl)] => Some((meta, *pttl)),
@@ -57,7 +62,7 @@ fn meta_and_pttl(answer: &Value) -> Option<(&[u8], i64)> {
     }
 }
 
-/// What taking a lease answered (the lookup-or-lease script, or `SET NX`).
+/// What the lookup-or-lease script answered, when it found no meta value to read.
 enum LeaseAnswer {
     /// Taken: this instance fetches.
     Taken,
@@ -82,13 +87,14 @@ impl From<Value> for LeaseAnswer {
 pub enum LeaseOutcome {
     /// The entry is in Redis: serve it (and promote it into memory).
     Found(CachedResponse),
-    /// No entry, and this instance now holds the lease: fetch from the origin, then
-    /// [`SharedTier::put`] and [`SharedTier::release`].
+    /// No entry this instance can serve, and it now holds the lease: fetch from the origin,
+    /// then [`SharedTier::put`] and [`SharedTier::release`].
     Acquired(Lease),
-    /// No entry, and another instance holds the lease: [`SharedTier::wait`] for its entry.
+    /// No entry this instance can serve, and another instance holds the lease:
+    /// [`SharedTier::wait`] for its entry.
     Held,
-    /// The tier cannot help this call (error, timeout, resting, unusable entry): fetch from
-    /// the origin without a lease.
+    /// The tier cannot help this call (error, timeout, resting, an entry over this
+    /// instance's `max_bytes`): fetch from the origin without a lease.
     Skip,
 }
 
@@ -124,9 +130,12 @@ struct Held {
 
 impl SharedTier {
     /// Looks `key` up and, on a miss, tries to take its fill lease for `lease_ttl`, in one
-    /// round trip (plus the chunk reads of a hit). An entry outside `limits` (too big, or
-    /// older than this instance's `max_ttl`) is no help: [`LeaseOutcome::Skip`]. A lease
-    /// taken is renewed every third of `lease_ttl` until released (see [`Lease`]).
+    /// round trip (plus the chunk reads of a hit). An entry this instance cannot serve but
+    /// would replace (older than its `max_ttl`, unreadable, a chunk missing) is a miss: a
+    /// second round trip takes the lease unless another entry has been stored meanwhile
+    /// (then read in turn). An entry over `limits.max_bytes` is no help:
+    /// [`LeaseOutcome::Skip`]. A lease taken is renewed every third of `lease_ttl` until
+    /// released (see [`Lease`]).
     pub async fn lookup_or_lease(
         self: &Arc<Self>,
         key: &str,
@@ -136,41 +145,34 @@ impl SharedTier {
         let keys = Keys::new(key);
         let token = self.unique_id();
         let ttl_ms = lease_ttl.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
-        let mut connection = self.connection.clone();
-        let answer = self
-            .run(SharedOp::Lease, async {
-                redis::cmd("EVAL")
-                    .arg(LOOKUP_OR_LEASE)
-                    .arg(2)
-                    .arg(&keys.meta)
-                    .arg(&keys.lease)
-                    .arg(&token)
-                    .arg(ttl_ms)
-                    .query_async::<Value>(&mut connection)
-                    .await
-            })
-            .await;
-        let read = match answer.as_ref().ok().and_then(meta_and_pttl) {
-            Some((meta, pttl)) => Some(self.read_entry(&keys, meta, pttl, limits).await),
-            None => None,
-        };
-        let lease = match read {
-            None => answer.map(LeaseAnswer::from),
-            Some(Ok(Read::Entry(entry))) => {
-                self.metrics.lookup(SharedLookup::Hit);
-                return LeaseOutcome::Found(entry);
+        // The meta value found unusable here, once: the script then takes the lease past it.
+        let mut look_past: Option<Vec<u8>> = None;
+        let lease = loop {
+            let answer = self
+                .lookup_script(&keys, &token, ttl_ms, look_past.as_deref())
+                .await;
+            let Some((meta, pttl)) = answer.as_ref().ok().and_then(meta_and_pttl) else {
+                break answer.map(LeaseAnswer::from);
+            };
+            match self.read_entry(&keys, meta, pttl, limits).await {
+                Ok(Read::Entry(entry)) => {
+                    self.metrics.lookup(SharedLookup::Hit);
+                    return LeaseOutcome::Found(entry);
+                }
+                // An entry this instance's fetch would replace: that fetch is coalesced
+                // under the lease, as a miss's is (not one fetch per instance).
+                Ok(Read::Replaceable) if look_past.is_none() => look_past = Some(meta.to_vec()),
+                // Replaced meanwhile by another such entry, or too big for this instance:
+                // fetched without the lease.
+                Ok(Read::Replaceable | Read::TooBig) => {
+                    self.metrics.lookup(SharedLookup::Miss);
+                    return LeaseOutcome::Skip;
+                }
+                Err(error) => {
+                    self.count_lookup::<()>(&Err(error));
+                    return LeaseOutcome::Skip;
+                }
             }
-            Some(Ok(Read::TooBig)) => {
-                self.metrics.lookup(SharedLookup::Miss);
-                return LeaseOutcome::Skip;
-            }
-            Some(Err(error)) => {
-                self.count_lookup::<()>(&Err(error));
-                return LeaseOutcome::Skip;
-            }
-            // An entry this instance cannot use, which its fetch would replace: that fetch
-            // is coalesced under the lease, as a miss's is (not one fetch per instance).
-            Some(Ok(Read::Replaceable)) => self.take_lease(&keys, &token, ttl_ms).await,
         };
         let (outcome, lookup) = match lease {
             Ok(LeaseAnswer::Taken) => {
@@ -207,30 +209,30 @@ impl SharedTier {
         outcome
     }
 
-    /// Takes `keys`' lease for `ttl_ms` if no instance holds it (`SET NX PX`).
-    async fn take_lease(
+    /// One run of [`LOOKUP_OR_LEASE`], past `look_past` if given.
+    pub(super) async fn lookup_script(
         &self,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
-    ) -> Result<LeaseAnswer, OpError> {
+        look_past: Option<&[u8]>,
+    ) -> Result<Value, OpError> {
+        let mut script = redis::cmd("EVAL");
+        script
+            .arg(LOOKUP_OR_LEASE)
+            .arg(2)
+            .arg(&keys.meta)
+            .arg(&keys.lease)
+            .arg(token)
+            .arg(ttl_ms);
+        if let Some(meta) = look_past {
+            script.arg(meta);
+        }
         let mut connection = self.connection.clone();
-        let set = self
-            .run(SharedOp::Lease, async {
-                redis::cmd("SET")
-                    .arg(&keys.lease)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .query_async::<Option<String>>(&mut connection)
-                    .await
-            })
-            .await?;
-        Ok(match set {
-            Some(_) => LeaseAnswer::Taken,
-            None => LeaseAnswer::HeldElsewhere,
+        self.run(SharedOp::Lease, async {
+            script.query_async::<Value>(&mut connection).await
         })
+        .await
     }
 
     /// Waits for the entry of `key` that another instance is fetching, polling every

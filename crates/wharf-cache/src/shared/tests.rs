@@ -1,6 +1,7 @@
 //! The shared tier against the real Redis at 127.0.0.1:6379 (skipped, loudly, when there is
 //! none), and its pure helpers.
 
+use super::lease::meta_and_pttl;
 use super::*;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use wharf_metrics::Metrics;
@@ -520,4 +521,58 @@ async fn an_entry_unusable_here_is_replaced_under_the_lease() {
         b.wait(&key, limits(1 << 20), until).await,
         WaitOutcome::LeaseFree
     ));
+}
+
+/// The second run of the lookup-or-lease script, for an entry this instance would replace,
+/// takes the lease only past that very entry: one stored meanwhile by another instance is
+/// returned to be read, not fetched again.
+#[tokio::test]
+async fn the_lease_is_taken_past_the_entry_read_and_no_other() {
+    if !redis_is_up().await {
+        return;
+    }
+    let metrics = Metrics::new();
+    let tier = tier(&metrics, REDIS);
+    let key = unique("look_past");
+    let keys = Keys::new(&key);
+    let mut connection = tier.connection.clone();
+    let meta_now = || {
+        let mut connection = connection.clone();
+        let meta = keys.meta.clone();
+        async move {
+            redis::cmd("GET")
+                .arg(meta)
+                .query_async::<Vec<u8>>(&mut connection)
+                .await
+                .unwrap()
+        }
+    };
+    let body = || vec![Bytes::from_static(b"v")];
+    tier.put(&key, &entry(body(), Duration::from_secs(30)))
+        .await;
+    let read = meta_now().await;
+    // Another instance stores a new entry after this one read the first.
+    tier.put(&key, &entry(body(), Duration::from_secs(30)))
+        .await;
+    let stored = meta_now().await;
+    assert_ne!(read, stored, "a new version");
+    let answer = tier
+        .lookup_script(&keys, "token", 5_000, Some(&read))
+        .await
+        .unwrap();
+    assert_eq!(
+        meta_and_pttl(&answer).map(|(meta, _)| meta.to_vec()),
+        Some(stored.clone()),
+        "the new entry, to be read"
+    );
+    let answer = tier
+        .lookup_script(&keys, "token", 5_000, Some(&stored))
+        .await
+        .unwrap();
+    assert_eq!(answer, Value::Int(1), "past the entry read: the lease");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys.lease)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
 }
