@@ -1,17 +1,17 @@
-//! How a configured URL that may carry credentials is shown: in validation errors, logs and
-//! the errors of the tiers that connect to it (the shared cache's Redis, the queue's NATS).
-//! One function, so that every place shows one URL the same way and none shows a secret.
+//! How a configured URL that may carry credentials is shown: in validation errors, and in
+//! the logs and errors of the shared cache's Redis tier. One function, so that every place
+//! shows one URL the same way and none shows a secret. (A queue's `nats_url` is kept
+//! without its credentials once loaded, so the queue shows it as it is.)
 
 /// `written` with everything between `scheme://` (or the start) and its last `@` replaced
 /// by `***` (`redis://:secret@h:6379/2` → `redis://***@h:6379/2`, `nats://app:secret@h` →
 /// `nats://***@h`).
 ///
 /// All of the user information is hidden, the user name too: user information without a
-/// password may be a token (`nats://s3cret@h`), and this form also reaches clients (a
-/// queue's 503). And it is hidden up to the *last* `@` of all, not the last of the
-/// authority a parser finds: a secret holding an unescaped `/`, `?` or `#`
-/// (`nats://abc/def==@h`, a base64 token) makes a parser end the authority inside it, and
-/// such a URL is exactly the one an error message shows. An `@` in a path or query is thus
+/// password may be a token (`nats://s3cret@h`). And it is hidden up to the *last* `@` of
+/// all, not the last of the authority a parser finds: a secret holding an unescaped `/`,
+/// `?` or `#` (`nats://abc/def==@h`, a base64 token) makes a parser end the authority
+/// inside it, and such a URL is exactly the one an error message shows. An `@` in a path or query is thus
 /// hidden with what precedes it (`http://h/a@b` → `http://***@b`): hiding too much in a
 /// message costs nothing, hiding too little shows a secret. Text without `@` is returned as
 /// written.

@@ -332,32 +332,29 @@ pub(crate) fn nats_url(written: &str) -> Result<(String, Option<NatsCredentials>
             .map(|text| text.into_owned())
             .map_err(|_| format!("{shown:?}: the {what} is not UTF-8 once percent-decoded"))
     };
-    let credentials = if url.username().is_empty() && url.password().is_none() {
-        None
-    } else {
-        // Read from the text, not from `url`, which drops an empty password: `user:@h`
-        // would otherwise become the token "user". The path check above makes the
-        // authority run to the end, or to a lone `/`.
-        let after_scheme = written.split_once("://").map_or(written, |(_, rest)| rest);
-        let authority = after_scheme
-            .find(['/', '?', '#'])
-            .map_or(after_scheme, |end| &after_scheme[..end]);
-        let userinfo = authority
-            .rsplit_once('@')
-            .map_or("", |(userinfo, _)| userinfo);
-        Some(match userinfo.split_once(':') {
-            Some(("", _)) => {
-                return Err(format!(
-                    "{shown:?} has a password but no user (user:password@ for a user, \
-                     token@ for a token)"
-                ))
-            }
-            Some((user, password)) => NatsCredentials::UserPassword {
+    // Read from the text, not from `url`, which drops an empty password (`user:@h` would
+    // become the token "user") and reads `:@h` as no user information at all. The path
+    // check above makes the authority run to the end, or to a lone `/`.
+    let after_scheme = written.split_once("://").map_or(written, |(_, rest)| rest);
+    let authority = after_scheme
+        .find(['/', '?', '#'])
+        .map_or(after_scheme, |end| &after_scheme[..end]);
+    let credentials = match authority.rsplit_once('@').map(|(userinfo, _)| userinfo) {
+        None => None,
+        Some(userinfo) => Some(match userinfo.split_once(':') {
+            None if !userinfo.is_empty() => NatsCredentials::Token(decoded(userinfo, "token")?),
+            Some((user, password)) if !user.is_empty() => NatsCredentials::UserPassword {
                 user: decoded(user, "user")?,
                 password: decoded(password, "password")?,
             },
-            None => NatsCredentials::Token(decoded(userinfo, "token")?),
-        })
+            // `@h`, `:@h`, `:pw@h`: credentials meant, and none usable.
+            _ => {
+                return Err(format!(
+                    "{shown:?} has user information without a user (user:password@ for a \
+                     user, token@ for a token)"
+                ))
+            }
+        }),
     };
     let mut bare = url;
     // Only fails for URLs that cannot have a host, and this one has a host.
@@ -450,6 +447,8 @@ mod tests {
             "nats://",
             "nats://x/jobs",
             "nats://:pw@x:4222",
+            "nats://:@x:4222",
+            "nats://@x:4222",
             "nats://u:%FF@x:4222",
         ] {
             assert!(nats_url(bad).is_err(), "{bad:?}");
