@@ -100,11 +100,10 @@ fn pairs(query: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Whole seconds, up to 10 digits. An empty value (`cacheDuration=`) is refused rather than
-/// read as 0: it is more often a template's unset variable than a wish not to cache, and
-/// "no caching" has two spellings already (0, or no parameter).
+/// read as 0 (it parses as no number): it is more often a template's unset variable than a
+/// wish not to cache, and "no caching" has two spellings already (0, or no parameter).
 fn parse_duration(text: &str) -> Result<u64, ProxyError> {
     match text {
-        "" => Err(ProxyError::CacheDuration(String::new())),
         _ if text.bytes().all(|b| b.is_ascii_digit()) && text.len() <= 10 => text
             .parse()
             .map_err(|_| ProxyError::CacheDuration(text.to_owned())),

@@ -62,26 +62,6 @@ pub(super) fn meta_and_pttl(answer: &Value) -> Option<(&[u8], i64)> {
     }
 }
 
-/// What the lookup-or-lease script answered, when it found no meta value to read.
-enum LeaseAnswer {
-    /// Taken: this instance fetches.
-    Taken,
-    /// Another instance holds it.
-    HeldElsewhere,
-    /// Not an answer the script gives.
-    Unexpected(Value),
-}
-
-impl From<Value> for LeaseAnswer {
-    fn from(answer: Value) -> Self {
-        match answer {
-            Value::Int(1) => LeaseAnswer::Taken,
-            Value::Int(0) => LeaseAnswer::HeldElsewhere,
-            other => LeaseAnswer::Unexpected(other),
-        }
-    }
-}
-
 /// What [`SharedTier::lookup_or_lease`] found.
 #[derive(Debug)]
 pub enum LeaseOutcome {
@@ -152,7 +132,7 @@ impl SharedTier {
                 .lookup_script(&keys, &token, ttl_ms, look_past.as_deref())
                 .await;
             let Some((meta, pttl)) = answer.as_ref().ok().and_then(meta_and_pttl) else {
-                break answer.map(LeaseAnswer::from);
+                break answer;
             };
             match self.read_entry(&keys, meta, pttl, limits).await {
                 Ok(Read::Entry(entry)) => {
@@ -169,13 +149,13 @@ impl SharedTier {
                     return LeaseOutcome::Skip;
                 }
                 Err(error) => {
-                    self.count_lookup::<()>(&Err(error));
+                    self.metrics.lookup(error.lookup());
                     return LeaseOutcome::Skip;
                 }
             }
         };
         let (outcome, lookup) = match lease {
-            Ok(LeaseAnswer::Taken) => {
+            Ok(Value::Int(1)) => {
                 self.metrics.lease(SharedLease::Acquired);
                 let held = Held {
                     key: keys.lease,
@@ -187,22 +167,18 @@ impl SharedTier {
                     SharedLookup::Miss,
                 )
             }
-            Ok(LeaseAnswer::HeldElsewhere) => {
+            Ok(Value::Int(0)) => {
                 self.metrics.lease(SharedLease::Held);
                 (LeaseOutcome::Held, SharedLookup::Miss)
             }
-            Ok(LeaseAnswer::Unexpected(other)) => {
+            Ok(other) => {
                 debug!(answer = ?other, "shared cache: unexpected lease answer");
                 self.metrics.lease(SharedLease::Error);
                 (LeaseOutcome::Skip, SharedLookup::Miss)
             }
             Err(error) => {
                 self.metrics.lease(SharedLease::Error);
-                let lookup = match error {
-                    OpError::Skipped => SharedLookup::Skipped,
-                    OpError::Failed => SharedLookup::Error,
-                };
-                (LeaseOutcome::Skip, lookup)
+                (LeaseOutcome::Skip, error.lookup())
             }
         };
         self.metrics.lookup(lookup);

@@ -125,6 +125,16 @@ enum OpError {
     Failed,
 }
 
+impl OpError {
+    /// How a lookup that ended so is counted.
+    fn lookup(self) -> SharedLookup {
+        match self {
+            OpError::Skipped => SharedLookup::Skipped,
+            OpError::Failed => SharedLookup::Error,
+        }
+    }
+}
+
 /// The Redis tier of one proxy service. Cheap to share (`Arc`); every method is bounded in
 /// time and reports failure as "no help", never as an error to the caller.
 pub struct SharedTier {
@@ -472,8 +482,7 @@ impl SharedTier {
         self.metrics.lookup(match found {
             Ok(Some(_)) => SharedLookup::Hit,
             Ok(None) => SharedLookup::Miss,
-            Err(OpError::Skipped) => SharedLookup::Skipped,
-            Err(OpError::Failed) => SharedLookup::Error,
+            Err(error) => error.lookup(),
         });
     }
 

@@ -61,6 +61,25 @@ fn entry_stored(body: Vec<Bytes>, stored_at: Instant, ttl: Duration) -> CachedRe
     CachedResponse::new(head, body, stored_at, ttl)
 }
 
+/// `a` asks for `key` first and takes its lease (else panics with `why`); `b`, asking next,
+/// is told the lease is held: one fetcher between them.
+async fn one_fetcher(
+    (a, b): (&Arc<SharedTier>, &Arc<SharedTier>),
+    key: &str,
+    ttl: Duration,
+    limits: EntryLimits,
+    why: &str,
+) -> Lease {
+    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(key, ttl, limits).await else {
+        panic!("{why}");
+    };
+    assert!(matches!(
+        b.lookup_or_lease(key, ttl, limits).await,
+        LeaseOutcome::Held
+    ));
+    lease
+}
+
 fn body_of(entry: &CachedResponse) -> Vec<u8> {
     let chunks = entry.body.chunks().unwrap();
     chunks.iter().flat_map(|c| c.iter().copied()).collect()
@@ -134,13 +153,14 @@ async fn the_lease_makes_one_fetcher_and_waiters_see_its_entry_or_its_release() 
     let b = tier(&metrics, REDIS);
     let key = unique("lease");
     let ttl = Duration::from_secs(5);
-    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, ttl, limits(1 << 20)).await else {
-        panic!("first instance takes the lease");
-    };
-    assert!(matches!(
-        b.lookup_or_lease(&key, ttl, limits(1 << 20)).await,
-        LeaseOutcome::Held
-    ));
+    let lease = one_fetcher(
+        (&a, &b),
+        &key,
+        ttl,
+        limits(1 << 20),
+        "first instance takes the lease",
+    )
+    .await;
     // Given back without an entry: the waiter is told at its next poll.
     a.release(lease).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(2);
@@ -455,13 +475,14 @@ async fn an_entry_unusable_here_is_replaced_under_the_lease() {
         max_bytes: 1 << 20,
         max_ttl: Duration::from_secs(2),
     };
-    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, lease_ttl, short).await else {
-        panic!("a stale entry is a miss that takes the lease");
-    };
-    assert!(matches!(
-        b.lookup_or_lease(&key, lease_ttl, short).await,
-        LeaseOutcome::Held
-    ));
+    let lease = one_fetcher(
+        (&a, &b),
+        &key,
+        lease_ttl,
+        short,
+        "a stale entry is a miss that takes the lease",
+    )
+    .await;
     assert!(
         matches!(
             b.lookup_or_lease(&key, lease_ttl, limits(2)).await,
@@ -506,14 +527,14 @@ async fn an_entry_unusable_here_is_replaced_under_the_lease() {
         .query_async(&mut connection)
         .await
         .unwrap();
-    let LeaseOutcome::Acquired(lease) = a.lookup_or_lease(&key, lease_ttl, limits(1 << 20)).await
-    else {
-        panic!("an entry missing a chunk is a miss that takes the lease");
-    };
-    assert!(matches!(
-        b.lookup_or_lease(&key, lease_ttl, limits(1 << 20)).await,
-        LeaseOutcome::Held
-    ));
+    let lease = one_fetcher(
+        (&a, &b),
+        &key,
+        lease_ttl,
+        limits(1 << 20),
+        "an entry missing a chunk is a miss that takes the lease",
+    )
+    .await;
     a.release(lease).await;
     // Given back with the broken entry still there: the waiter is told the lease is free.
     let until = tokio::time::Instant::now() + Duration::from_secs(2);
