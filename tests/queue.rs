@@ -395,6 +395,138 @@ async fn a_poison_message_is_dead_lettered_after_max_deliver_attempts() {
     wharf.stop().await;
 }
 
+/// A dead letter the broker does not store is kept and tried again until it is stored; the
+/// backend is never called past `max_deliver` meanwhile (stop 57's finding: the message was
+/// nak'd, and every redelivery called the backend again).
+#[tokio::test]
+async fn a_dead_letter_the_broker_refuses_is_tried_again_and_the_backend_never_past_max_deliver() {
+    use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy};
+    let Some((stream, subject, _cleanup)) = fresh_stream("deadfull").await else {
+        return;
+    };
+    let dead_subject = format!("{subject}.dead");
+    let dead_stream = format!("{stream}_DEAD");
+    let _dead_cleanup = StreamGuard {
+        stream: dead_stream.clone(),
+    };
+    let client = async_nats::connect(NATS).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    jetstream
+        .create_stream(Config {
+            name: stream.clone(),
+            subjects: vec![subject.clone()],
+            retention: RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // The dead letters' own stream holds one message and refuses more: it is full.
+    let dead = jetstream
+        .create_stream(Config {
+            name: dead_stream.clone(),
+            subjects: vec![dead_subject.clone()],
+            max_messages: 1,
+            discard: DiscardPolicy::New,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    jetstream
+        .publish(dead_subject.clone(), "filler".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let seen: Seen = Arc::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    spawn_backend(listener, seen.clone(), "poison");
+    let wharf = start_wharf(&queue_toml(
+        &stream,
+        &subject,
+        backend_addr,
+        "max_deliver = 2\nbackoff = \"50ms\"\nack_wait = \"2s\"",
+    ))
+    .await;
+    let url = wharf.url("/jobs");
+    let poison = publish(&url, "poison").await;
+
+    // Refused at the last attempt, then at least twice more from the pending copy.
+    let failed = "wharf_queue_dead_letter_failed_total{service=\"jobs\"}";
+    let refused = poll_until(Duration::from_secs(10), || async {
+        metric(&wharf, failed).await >= 3.0
+    })
+    .await;
+    assert!(refused, "{failed} never reached 3");
+    let attempts = |seen: &Seen| seen.lock().unwrap().get(&poison).map_or(0, Vec::len);
+    assert_eq!(
+        attempts(&seen),
+        2,
+        "the backend was called past max_deliver"
+    );
+    let dead_lettered = "wharf_queue_dead_lettered_total{service=\"jobs\"}";
+    assert_eq!(metric(&wharf, dead_lettered).await, 0.0);
+    // Waiting for its next try, the pending copy is unacknowledged with the broker (as
+    // docs/configuration.md says).
+    let mut consumer: async_nats::jetstream::consumer::PullConsumer = jetstream
+        .get_stream(&stream)
+        .await
+        .unwrap()
+        .get_consumer("wharf_jobs")
+        .await
+        .unwrap();
+    let info = consumer.info().await.unwrap();
+    assert!(
+        info.num_ack_pending + usize::try_from(info.num_pending).unwrap() >= 1,
+        "the message is kept: {info:?}"
+    );
+
+    // Room again: the pending dead letter is stored, with no attempt more.
+    dead.purge().await.unwrap();
+    let stored = poll_until(Duration::from_secs(10), || async {
+        metric(&wharf, dead_lettered).await == 1.0
+    })
+    .await;
+    assert!(stored, "{dead_lettered} never reached 1");
+    let letter = jetstream
+        .get_stream(&dead_stream)
+        .await
+        .unwrap()
+        .get_last_raw_message_by_subject(&dead_subject)
+        .await
+        .unwrap();
+    assert_eq!(letter.payload.as_ref(), b"poison");
+    let header = |name: &str| letter.headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(
+        header("x-wharf-message-id").as_deref(),
+        Some(poison.as_str())
+    );
+    assert_eq!(header("x-wharf-deliveries").as_deref(), Some("2"));
+    assert_eq!(header("content-type").as_deref(), Some("text/plain"));
+    let reason = header("x-wharf-dead-reason").unwrap_or_default();
+    assert!(reason.contains("500"), "{reason}");
+    for internal in ["x-wharf-dead-pending", "x-wharf-attempts-made"] {
+        assert_eq!(
+            header(internal),
+            None,
+            "{internal} stored with the dead letter"
+        );
+    }
+    // Nothing left in the queue, and still two attempts.
+    let emptied = poll_until(Duration::from_secs(5), || {
+        let mut consumer = consumer.clone();
+        async move {
+            let info = consumer.info().await.unwrap();
+            info.num_ack_pending == 0 && info.num_pending == 0
+        }
+    })
+    .await;
+    assert!(emptied, "the message is still in the queue");
+    assert_eq!(attempts(&seen), 2);
+    wharf.stop().await;
+}
+
 #[tokio::test]
 async fn only_post_is_accepted_and_a_client_id_is_kept() {
     let Some((stream, subject, _cleanup)) = fresh_stream("methods").await else {

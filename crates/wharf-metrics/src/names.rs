@@ -64,13 +64,16 @@ pub const QUEUE_DELIVERED_TOTAL: &str = "wharf_queue_delivered_total";
 pub const QUEUE_RETRIED_TOTAL: &str = "wharf_queue_retried_total";
 /// Queue messages sent to the dead-letter subject after `max_deliver` failed attempts.
 pub const QUEUE_DEAD_LETTERED_TOTAL: &str = "wharf_queue_dead_lettered_total";
+/// Queue dead letters the broker did not store: the message is kept, its dead letter tried
+/// again later, and the backend not called again.
+pub const QUEUE_DEAD_LETTER_FAILED_TOTAL: &str = "wharf_queue_dead_letter_failed_total";
 /// Queue deliveries of a message the broker had delivered before (a possible duplicate).
 pub const QUEUE_REDELIVERED_TOTAL: &str = "wharf_queue_redelivered_total";
 /// Queue messages accepted but not yet acknowledged by a delivery (sampled).
 pub const QUEUE_PENDING: &str = "wharf_queue_pending";
 
 /// Every name of the catalogue, for tests and docs.
-pub const ALL: [&str; 29] = [
+pub const ALL: [&str; 30] = [
     CALLS_OUTSTANDING,
     CALLS_QUEUED,
     PERCENT_OF_MAX_CALLS,
@@ -98,6 +101,7 @@ pub const ALL: [&str; 29] = [
     QUEUE_DELIVERED_TOTAL,
     QUEUE_RETRIED_TOTAL,
     QUEUE_DEAD_LETTERED_TOTAL,
+    QUEUE_DEAD_LETTER_FAILED_TOTAL,
     QUEUE_REDELIVERED_TOTAL,
     QUEUE_PENDING,
 ];

@@ -1,5 +1,6 @@
 //! Counters of a `queue` service: messages published, delivered, retried, dead-lettered and
-//! redelivered, and the messages still pending in the broker.
+//! redelivered, dead letters the broker did not store, and the messages still pending in the
+//! broker.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,6 +37,7 @@ pub(crate) struct QueueFamilies {
     delivered: Family<Labels, Counter>,
     retried: Family<Labels, Counter>,
     dead_lettered: Family<Labels, Counter>,
+    dead_letter_failed: Family<Labels, Counter>,
     redelivered: Family<Labels, Counter>,
     pending: Family<Labels, Gauge>,
 }
@@ -47,6 +49,7 @@ impl QueueFamilies {
             delivered: Family::default(),
             retried: Family::default(),
             dead_lettered: Family::default(),
+            dead_letter_failed: Family::default(),
             redelivered: Family::default(),
             pending: Family::default(),
         };
@@ -70,6 +73,11 @@ impl QueueFamilies {
             counter_name(names::QUEUE_DEAD_LETTERED_TOTAL),
             "Queue messages sent to the dead-letter subject",
             families.dead_lettered.clone(),
+        );
+        registry.register(
+            counter_name(names::QUEUE_DEAD_LETTER_FAILED_TOTAL),
+            "Queue dead letters the broker did not store (kept, and tried again)",
+            families.dead_letter_failed.clone(),
         );
         registry.register(
             counter_name(names::QUEUE_REDELIVERED_TOTAL),
@@ -99,6 +107,7 @@ impl QueueFamilies {
             retried: ["rejected", "timeout", "unreachable"]
                 .map(|reason| self.retried.get_or_create_owned(&with("reason", reason))),
             dead_lettered: self.dead_lettered.get_or_create_owned(&labels),
+            dead_letter_failed: self.dead_letter_failed.get_or_create_owned(&labels),
             redelivered: self.redelivered.get_or_create_owned(&labels),
             pending: self.pending.get_or_create_owned(&labels),
         }
@@ -114,6 +123,7 @@ pub struct QueueMetrics {
     /// By [`RetryReason`] order: rejected, timeout, unreachable.
     retried: [Counter; 3],
     dead_lettered: Counter,
+    dead_letter_failed: Counter,
     redelivered: Counter,
     pending: Gauge,
 }
@@ -137,6 +147,11 @@ impl QueueMetrics {
     /// Counts one message sent to the dead-letter subject.
     pub fn dead_lettered(&self) {
         self.dead_lettered.inc();
+    }
+
+    /// Counts one dead letter the broker did not store.
+    pub fn dead_letter_failed(&self) {
+        self.dead_letter_failed.inc();
     }
 
     /// Counts one delivery of a message the broker had delivered before.

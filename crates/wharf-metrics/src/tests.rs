@@ -98,6 +98,7 @@ fn shared_tier_and_queue_series_start_at_zero_and_count() {
         "wharf_queue_published_total{service=\"q\",outcome=\"ok\"} 0",
         "wharf_queue_retried_total{service=\"q\",reason=\"unreachable\"} 0",
         "wharf_queue_dead_lettered_total{service=\"q\"} 0",
+        "wharf_queue_dead_letter_failed_total{service=\"q\"} 0",
         "wharf_queue_pending{service=\"q\"} 0",
     ] {
         assert!(text.contains(series), "{series} missing from:\n{text}");
@@ -112,6 +113,7 @@ fn shared_tier_and_queue_series_start_at_zero_and_count() {
     queue.delivered();
     queue.retried(RetryReason::Rejected);
     queue.dead_lettered();
+    queue.dead_letter_failed();
     queue.redelivered();
     queue.set_pending(7);
     let text = metrics.encode();
@@ -126,6 +128,7 @@ fn shared_tier_and_queue_series_start_at_zero_and_count() {
         "wharf_queue_delivered_total{service=\"q\"} 1",
         "wharf_queue_retried_total{service=\"q\",reason=\"rejected\"} 1",
         "wharf_queue_dead_lettered_total{service=\"q\"} 1",
+        "wharf_queue_dead_letter_failed_total{service=\"q\"} 1",
         "wharf_queue_redelivered_total{service=\"q\"} 1",
         "wharf_queue_pending{service=\"q\"} 7",
     ] {

@@ -16,6 +16,10 @@ pub const DELIVERY_HEADER: &str = "x-wharf-delivery";
 /// was stored. Never sent to the backend; never taken from a client (the config refuses
 /// `x-wharf-*` names in `forward_headers`).
 pub const ATTEMPTS_HEADER: &str = "x-wharf-attempts-made";
+/// Stored header of a dead-letter-pending copy: its attempts are all used up and its dead
+/// letter, with this reason, could not be stored yet. A delivery of such a copy only tries
+/// the dead letter again, never the backend. Written by wharf only, like [`ATTEMPTS_HEADER`].
+pub const DEAD_PENDING_HEADER: &str = "x-wharf-dead-pending";
 /// Dead-letter header: why the message was given up.
 pub const DEAD_REASON_HEADER: &str = "x-wharf-dead-reason";
 /// Dead-letter header: how many deliveries were made.
@@ -65,13 +69,14 @@ pub(crate) fn backend_headers(message: &Message, id: &str, delivered: u32) -> He
     headers
 }
 
-/// Headers stored with a message that are not the call's own: the broker's `Nats-*` and
-/// [`ATTEMPTS_HEADER`].
+/// Headers stored with a message that are not the call's own: the broker's `Nats-*`,
+/// [`ATTEMPTS_HEADER`] and [`DEAD_PENDING_HEADER`].
 fn internal_header(name: &str) -> bool {
     // Compared in place: this runs for every stored header of every delivery.
     name.get(..5)
         .is_some_and(|prefix| prefix.eq_ignore_ascii_case("nats-"))
         || name.eq_ignore_ascii_case(ATTEMPTS_HEADER)
+        || name.eq_ignore_ascii_case(DEAD_PENDING_HEADER)
 }
 
 /// Who a delivered message is and which attempt this delivery is.
@@ -82,10 +87,15 @@ pub(crate) struct Identity {
     /// The stream sequence of this stored copy (0 if the broker's reply subject is not
     /// understood).
     pub(crate) sequence: u64,
+    /// The attempts made before this stored copy ([`ATTEMPTS_HEADER`]; 0 for an original).
+    pub(crate) attempts_made: u32,
     /// The attempt this delivery makes: `attempts_made` + the broker's delivery count.
     pub(crate) attempt: u32,
     /// Whether the broker delivered this copy before.
     pub(crate) redelivered: bool,
+    /// The reason of the dead letter still to be stored ([`DEAD_PENDING_HEADER`]): set on
+    /// a copy whose attempts are all used up.
+    pub(crate) dead_pending: Option<String>,
 }
 
 pub(crate) fn identify(message: &Message) -> Identity {
@@ -106,8 +116,10 @@ pub(crate) fn identify(message: &Message) -> Identity {
     Identity {
         id,
         sequence,
+        attempts_made,
         attempt: attempts_made.saturating_add(delivered),
         redelivered: delivered > 1,
+        dead_pending: stored_header(message, DEAD_PENDING_HEADER),
     }
 }
 

@@ -5,7 +5,9 @@
 //! - another status, no answer within `ack_wait`, or a request that failed after
 //!   connecting: an attempt used up. Before `max_deliver` attempts the message is nak'd with
 //!   a delay of `backoff` doubling per attempt (at most [`MAX_BACKOFF`]); at `max_deliver` it
-//!   is published to the dead-letter subject with the reason, then terminated.
+//!   is published to the dead-letter subject with the reason, then terminated. A dead letter
+//!   the broker does not store is kept pending, in a copy whose deliveries try only the dead
+//!   letter again, never the backend (`Deliverer::keep_dead_pending`).
 //! - could not connect: the backend is down, which is not the message's fault. The message is
 //!   held (kept ours with in-progress acks, so the broker does not count a delivery) and
 //!   tried again after `backoff`, doubling up to [`MAX_HOLD`], until the backend is back; the
@@ -26,13 +28,14 @@
 //! Delivery order was never kept anyway: `concurrency` deliveries run at once, and a failed
 //! attempt is retried after its backoff, behind the messages delivered meanwhile.
 
+mod copy;
+mod dead_letter;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull::Batch;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::context::PublishErrorKind;
-use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -44,9 +47,10 @@ use crate::backend::{Attempt, Backend};
 use crate::broker::Ready;
 use crate::stop::{Live, Stop};
 
-use crate::headers::{backend_headers, call_headers, header_safe, identify, Identity};
+use crate::headers::{backend_headers, identify};
 pub use crate::headers::{
-    ATTEMPTS_HEADER, DEAD_DELIVERIES_HEADER, DEAD_REASON_HEADER, DELIVERY_HEADER, MESSAGE_ID_HEADER,
+    ATTEMPTS_HEADER, DEAD_DELIVERIES_HEADER, DEAD_PENDING_HEADER, DEAD_REASON_HEADER,
+    DELIVERY_HEADER, MESSAGE_ID_HEADER,
 };
 
 /// Longest delay between two attempts of one message.
@@ -182,18 +186,21 @@ impl Deliverer {
         (mut stop, mut pull_ended): (Stop, watch::Receiver<()>),
         _live: Live,
     ) {
+        let identity = identify(&message);
+        if let Some(reason) = &identity.dead_pending {
+            // Every attempt was made before this copy was stored: only its dead letter is
+            // left to store.
+            self.dead_letter(&message, &identity, identity.attempts_made, reason)
+                .await;
+            return;
+        }
         // `delivered`: the attempt this delivery makes (`x-wharf-delivery`), counted against
         // `max_deliver`.
-        let Identity {
-            id,
-            attempt: delivered,
-            redelivered,
-            ..
-        } = identify(&message);
-        if redelivered {
+        let (id, delivered) = (identity.id.as_str(), identity.attempt);
+        if identity.redelivered {
             self.metrics.redelivered();
         }
-        let headers = backend_headers(&message, &id, delivered);
+        let headers = backend_headers(&message, id, delivered);
         let ack_wait = self.config.deliver.ack_wait;
         let mut hold = self.config.deliver.backoff;
         loop {
@@ -206,7 +213,7 @@ impl Deliverer {
             .await;
             let reason = match attempt {
                 Attempt::Delivered => {
-                    confirm(&message, AckKind::Ack, &id).await;
+                    confirm(&message, AckKind::Ack, id).await;
                     self.metrics.delivered();
                     debug!(service = self.service, id, delivered, "message delivered");
                     return;
@@ -239,7 +246,8 @@ impl Deliverer {
             };
             let (retry_reason, reason) = reason;
             if delivered >= self.config.deliver.max_deliver {
-                self.dead_letter(&message, &id, delivered, &reason).await;
+                self.dead_letter(&message, &identity, delivered, &reason)
+                    .await;
             } else {
                 self.metrics.retried(retry_reason);
                 let delay = backoff_for(self.config.deliver.backoff, delivered);
@@ -254,143 +262,6 @@ impl Deliverer {
                 let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
             }
             return;
-        }
-    }
-
-    /// Publishes the message to the dead-letter subject with the reason, then terminates it.
-    /// If the dead letter cannot be published the message is nak'd and tried again later:
-    /// nothing is dropped.
-    async fn dead_letter(&self, message: &Message, id: &str, delivered: u32, reason: &str) {
-        let subject = self.config.deliver.dead_letter_subject.clone();
-        let mut headers = call_headers(message);
-        headers.insert(MESSAGE_ID_HEADER, id);
-        headers.insert(DEAD_REASON_HEADER, header_safe(reason).as_str());
-        headers.insert(DEAD_DELIVERIES_HEADER, delivered.to_string().as_str());
-        let publish = PublishMessage::build()
-            .payload(message.payload.clone())
-            .headers(headers.clone())
-            // '/' is never in a client's id (`publish::client_id`): no client's message
-            // can share this id within the stream's duplicate window.
-            .message_id(format!("{id}/dead"));
-        let jetstream = &self.ready.jetstream;
-        let published = tokio::time::timeout(self.config.publish_timeout, async {
-            jetstream
-                .send_publish(subject.clone(), publish)
-                .await?
-                .await
-        })
-        .await;
-        let stored = match published {
-            Ok(Ok(_ack)) => true,
-            // No stream captures the subject (it was created elsewhere without it): a core
-            // publish still reaches subscribers.
-            Ok(Err(error)) if error.kind() == PublishErrorKind::StreamNotFound => {
-                let sent = self
-                    .ready
-                    .client
-                    .publish_with_headers(subject.clone(), headers, message.payload.clone())
-                    .await
-                    .is_ok();
-                sent && tokio::time::timeout(ACK_TIMEOUT, self.ready.client.flush())
-                    .await
-                    .is_ok_and(|flushed| flushed.is_ok())
-            }
-            Ok(Err(error)) => {
-                warn!(service = self.service, id, error = %error, "dead letter not published");
-                false
-            }
-            Err(_elapsed) => false,
-        };
-        if !stored {
-            let delay = backoff_for(self.config.deliver.backoff, delivered);
-            let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
-            return;
-        }
-        confirm(message, AckKind::Term, id).await;
-        self.metrics.dead_lettered();
-        warn!(
-            service = self.service,
-            id, delivered, reason, subject, "message dead-lettered"
-        );
-    }
-
-    /// Hands `message`, which this delivery did not attempt, back to the broker without
-    /// using up an attempt: stores a copy (same body and headers) with its id in
-    /// [`MESSAGE_ID_HEADER`] and the attempts made so far in [`ATTEMPTS_HEADER`], then
-    /// acknowledges this one. If the copy cannot be stored, the message is nak'd instead:
-    /// nothing is lost, and the next delivery counts one attempt more.
-    ///
-    /// Order: the copy is a new message at the stream's tail, with a new stream sequence
-    /// (the same id). Another deliverer can take it at once, but only after every message
-    /// that was waiting in the stream when it was stored (e.g. those published while it
-    /// was held), and before every message published after it. Messages nak'd for a retry
-    /// come back when their delay ends, wherever the copy is.
-    ///
-    /// Why a copy and not a nak in place, which would keep the sequence and the place
-    /// (the broker redelivers a nak'd message before the messages behind it): the broker
-    /// counts every delivery, a nak'd one too, and has no way to give a message back
-    /// without counting one (nats-server 2.9: nak, or `ack_wait` running out; a message
-    /// nak'd with no delay comes back first, with delivered = 2). Attempts are that count
-    /// (module doc), so a nak would use up an attempt the backend never saw: with
-    /// `max_deliver = 2`, a message held at SIGTERM would be dead-lettered after one 500
-    /// (tests/queue.rs `a_message_held_at_sigterm_is_handed_back_at_once_with_no_attempt_used`).
-    /// Keeping its place would need a second durable count, of the deliveries that made no
-    /// attempt (e.g. a key-value bucket keyed by stream sequence).
-    pub(crate) async fn hand_back(&self, message: &Message) {
-        let Identity {
-            id,
-            sequence,
-            attempt,
-            ..
-        } = identify(message);
-        let made = attempt.saturating_sub(1);
-        let mut headers = call_headers(message);
-        headers.insert(MESSAGE_ID_HEADER, id.as_str());
-        headers.insert(ATTEMPTS_HEADER, made.to_string().as_str());
-        // Not the message's own id: within the duplicate window the broker would drop the
-        // copy as a repeat of it, and the message would be lost when acknowledged below.
-        // Unique to this stored copy, and the same if handing it back is repeated. '/' is
-        // never in a client's id (`publish::client_id`), so no client's message can take
-        // it first (a client's `order.57` would have made the hand-back of `order`, stored
-        // at 57, a "duplicate", and the original was acknowledged: lost).
-        let copy_id = match sequence {
-            0 => format!("{id}/copy/{}", nuid::next()),
-            sequence => format!("{id}/copy/{sequence}"),
-        };
-        let publish = PublishMessage::build()
-            .payload(message.payload.clone())
-            .headers(headers)
-            .message_id(copy_id);
-        let jetstream = &self.ready.jetstream;
-        let published = tokio::time::timeout(self.config.publish_timeout.min(ACK_TIMEOUT), async {
-            jetstream
-                .send_publish(self.config.subject.clone(), publish)
-                .await?
-                .await
-        })
-        .await;
-        match published {
-            // A duplicate is an earlier hand-back of this copy: stored all the same.
-            Ok(Ok(_ack)) => {
-                confirm(message, AckKind::Ack, &id).await;
-                debug!(
-                    service = self.service,
-                    id,
-                    attempts_made = made,
-                    "message handed back"
-                );
-            }
-            failed => {
-                let error = match failed {
-                    Ok(Err(error)) => error.to_string(),
-                    _ => "no acknowledgement in time".to_owned(),
-                };
-                debug!(
-                    service = self.service,
-                    id, error, "copy not stored; nak'ing the message"
-                );
-                confirm(message, AckKind::Nak(None), &id).await;
-            }
         }
     }
 }
