@@ -856,8 +856,8 @@ async fn an_unreachable_broker_is_a_warning_naming_the_service_and_url() {
     assert!(!logs.contains("secret"), "credentials logged:\n{logs}");
 }
 
-/// A nats-server of the test's own (JetStream on, its store in a fresh directory) that
-/// takes only `user` with `password`; stopped and its store removed when dropped.
+/// A nats-server of the test's own (JetStream on, its store in a fresh directory), started
+/// with the test's `options` (credentials, TLS); stopped and its store removed when dropped.
 struct OwnNats {
     child: std::process::Child,
     store: std::path::PathBuf,
@@ -866,7 +866,7 @@ struct OwnNats {
 
 impl OwnNats {
     /// `None` (with a SKIP line) when no nats-server binary is installed.
-    fn start(user: &str, password: &str) -> Option<OwnNats> {
+    fn start(options: &[&str]) -> Option<OwnNats> {
         let port = {
             let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             probe.local_addr().unwrap().port()
@@ -879,17 +879,28 @@ impl OwnNats {
                 std::process::Command::new(binary)
                     .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
                     .arg(&store)
-                    .args(["--user", user, "--pass", password])
+                    .args(options)
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
                     .spawn()
                     .ok()
             });
         let Some(child) = child else {
-            eprintln!("\n*** SKIP queue credentials: no nats-server binary ***\n");
+            eprintln!("\n*** SKIP queue: no nats-server binary ***\n");
             return None;
         };
         Some(OwnNats { child, store, port })
+    }
+
+    /// Waits (bounded) until it listens.
+    async fn listening(&self) {
+        let up = poll_until(Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+        })
+        .await;
+        assert!(up, "nats-server listens on {}", self.port);
     }
 }
 
@@ -908,16 +919,10 @@ impl Drop for OwnNats {
 /// its CONNECT message) no log line holds it.
 #[tokio::test]
 async fn credentials_in_nats_url_authenticate_and_appear_in_no_log_line() {
-    let Some(nats) = OwnNats::start("wharf", "p@ss-s3cret") else {
+    let Some(nats) = OwnNats::start(&["--user", "wharf", "--pass", "p@ss-s3cret"]) else {
         return;
     };
-    let up = poll_until(Duration::from_secs(10), || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", nats.port))
-            .await
-            .is_ok()
-    })
-    .await;
-    assert!(up, "nats-server listens on {}", nats.port);
+    nats.listening().await;
     let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let backend_addr = backend.local_addr().unwrap();
     let seen = Seen::default();
@@ -955,4 +960,104 @@ async fn credentials_in_nats_url_authenticate_and_appear_in_no_log_line() {
         "trace logs were written:\n{logs}"
     );
     assert!(!logs.contains("s3cret"), "the password was logged:\n{logs}");
+}
+
+/// `tls://` requires TLS to the broker, and `nats_ca_file` names what verifies its
+/// certificate: messages are published and delivered over TLS. The same broker with the
+/// system's roots, which do not know its certificate, is refused: publishes get 503, and a
+/// warning names the cause (before, `tls://` was refused by the config, and credentials
+/// went to a broker in clear).
+#[tokio::test]
+async fn tls_to_the_broker_is_verified_against_nats_ca_file() {
+    let dir = std::env::temp_dir().join(format!("wharf-nats-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let (cert_arg, key_arg) = (
+        cert_file.display().to_string(),
+        key_file.display().to_string(),
+    );
+    let Some(nats) = OwnNats::start(&["--tls", "--tlscert", &cert_arg, "--tlskey", &key_arg])
+    else {
+        return;
+    };
+    nats.listening().await;
+    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    let seen = Seen::default();
+    spawn_backend(backend, seen.clone(), "");
+    let (stream, subject) = names("tls");
+    let broker = |ca_file: Option<&str>| {
+        let ca_line = ca_file.map_or(String::new(), |path| format!("\nnats_ca_file = {path:?}"));
+        queue_toml(&stream, &subject, backend_addr, "").replace(
+            &format!("nats_url = \"{NATS}\""),
+            &format!("nats_url = \"tls://127.0.0.1:{}\"{ca_line}", nats.port),
+        )
+    };
+
+    let config = config_file(
+        "queue-tls",
+        &format!("{}{}", server_table(""), broker(Some(&cert_arg))),
+    );
+    let wharf = WharfProcess::start(&config);
+    let (status, reply) = send(Method::POST, &wharf.url("/jobs"), "over tls").await;
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    let delivered = status == StatusCode::ACCEPTED
+        && poll_until(Duration::from_secs(10), || async {
+            seen.lock()
+                .unwrap()
+                .values()
+                .any(|bodies| bodies.iter().any(|body| body == "over tls"))
+        })
+        .await;
+    wharf.signal("TERM");
+    let (exit, logs) = wharf.wait().await;
+    remove_config_file(&config);
+    assert!(delivered, "publish: {status} {reply}\n{logs}");
+    assert!(exit.success(), "{exit}\n{logs}");
+
+    // The system's roots do not know this certificate.
+    let config = config_file(
+        "queue-tls-unverified",
+        &format!(
+            "{}{}",
+            server_table(""),
+            broker(None).replace("stream = ", "publish_timeout = \"2s\"\nstream = ")
+        ),
+    );
+    let wharf = WharfProcess::start(&config);
+    // Answered once `publish_timeout` has passed, the client having tried to connect.
+    let (status, _) = send(Method::POST, &wharf.url("/jobs"), "never sent").await;
+    wharf.signal("TERM");
+    let (exit, logs) = wharf.wait().await;
+    remove_config_file(&config);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{logs}");
+    let refused = logs
+        .lines()
+        .find(|line| line.contains("queue broker not reached"))
+        .unwrap_or_else(|| panic!("no warning about the refused connection:\n{logs}"));
+    let event: serde_json::Value = serde_json::from_str(refused).unwrap();
+    assert_eq!(event["level"], "WARN", "{refused}");
+    assert!(
+        event["fields"]["error"]
+            .as_str()
+            .is_some_and(|text| text.contains("invalid peer certificate")),
+        "the cause is named: {refused}"
+    );
+    assert!(exit.success(), "{exit}\n{logs}");
+    assert!(
+        !seen
+            .lock()
+            .unwrap()
+            .values()
+            .any(|bodies| bodies.iter().any(|body| body == "never sent")),
+        "delivered without a verified broker"
+    );
 }

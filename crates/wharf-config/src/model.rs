@@ -435,14 +435,20 @@ pub struct QueueConfig {
     /// `path`: the exact request path served. Required; as a proxy `path`, unique among all
     /// services.
     pub path: String,
-    /// `nats_url`: the NATS server, `nats://[user:password@|token@]host[:port]`, kept here
-    /// normalised and without its user information (so it can be logged), which is in
-    /// `nats_credentials`. Default `nats://127.0.0.1:4222`. While it is unreachable
-    /// publishes get 503 and nothing is delivered; the client reconnects by itself.
+    /// `nats_url`: the NATS server, `nats://[user:password@|token@]host[:port]`, or
+    /// `tls://...` to require TLS (the broker's certificate verified against
+    /// `nats_ca_file`, else the system's roots), kept here normalised and without its user
+    /// information (so it can be logged), which is in `nats_credentials`. Default
+    /// `nats://127.0.0.1:4222`. While it is unreachable publishes get 503 and nothing is
+    /// delivered; the client reconnects by itself.
     pub nats_url: String,
     /// How to authenticate to the broker, from `nats_url`'s user information
     /// (percent-decoded); `None`: no authentication.
     pub nats_credentials: Option<NatsCredentials>,
+    /// `nats_ca_file`: PEM file of the certificates that verify the broker's (instead of the
+    /// system's roots). Only with a `tls://` `nats_url`; checked at load to hold at least
+    /// one certificate. Default none.
+    pub nats_ca_file: Option<std::path::PathBuf>,
     /// `stream`: the JetStream stream, created at start if absent (file storage, work-queue
     /// retention, capturing `subject` and `deliver.dead_letter_subject`). Required; letters,
     /// digits, `-` and `_`.

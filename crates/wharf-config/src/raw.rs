@@ -112,6 +112,7 @@ pub(crate) struct RawService {
 
     // type = "queue" (and `path`, shared with proxy)
     pub(crate) nats_url: Option<Spanned<String>>,
+    pub(crate) nats_ca_file: Option<Spanned<String>>,
     pub(crate) stream: Option<Spanned<String>>,
     pub(crate) subject: Option<Spanned<String>>,
     pub(crate) forward_headers: Option<RawStringList>,
@@ -193,6 +194,7 @@ impl RawService {
     pub(crate) fn queue_keys(&self) -> Vec<PresentKey> {
         let mut keys = Vec::new();
         present(&mut keys, "nats_url", &self.nats_url);
+        present(&mut keys, "nats_ca_file", &self.nats_ca_file);
         present(&mut keys, "stream", &self.stream);
         present(&mut keys, "subject", &self.subject);
         present(&mut keys, "forward_headers", &self.forward_headers);

@@ -1073,6 +1073,7 @@ deliver = { backend = "https://backend.example/in" }
             path: "/jobs".into(),
             nats_url: "nats://127.0.0.1:4222".into(),
             nats_credentials: None,
+            nats_ca_file: None,
             stream: "WHARF_JOBS".into(),
             subject: "wharf.jobs".into(),
             forward_headers: vec![
@@ -1104,6 +1105,70 @@ deliver = { backend = "https://backend.example/in" }
         (limits.max_concurrent_calls, limits.max_queued_calls),
         (1024, 1024)
     );
+}
+
+/// `tls://` requires TLS to the broker; `nats_ca_file` names the roots that verify its
+/// certificate, is read as PEM at load, and only goes with `tls://`.
+#[test]
+fn nats_over_tls_and_its_ca_file() {
+    let dir = std::env::temp_dir().join(format!("wharf-config-nats-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    // Any DER in a CERTIFICATE block: the trust anchor itself is the client's to parse.
+    let ca = write(
+        "ca.pem",
+        "-----BEGIN CERTIFICATE-----\nAAECAwQFBgcI\n-----END CERTIFICATE-----\n",
+    );
+    let no_cert = write(
+        "key.pem",
+        "-----BEGIN PRIVATE KEY-----\nAAECAwQFBgcI\n-----END PRIVATE KEY-----\n",
+    );
+    let not_pem = write("junk.pem", "-----BEGIN CERTIFICATE-----\n%%%\n");
+    let toml = |url: &str, ca_file: Option<&str>| {
+        let ca_line = ca_file.map_or(String::new(), |path| format!("nats_ca_file = {path:?}\n"));
+        format!(
+            "[services.jobs]\ntype = \"queue\"\npath = \"/jobs\"\nnats_url = {url:?}\n{ca_line}\
+             stream = \"J\"\nsubject = \"j\"\ndeliver = {{ backend = \"http://127.0.0.1:1/\" }}\n"
+        )
+    };
+    let load = |text: String| Config::from_toml_str(&text, "w.toml");
+
+    let config = load(toml("TLS://u:pw@nats.example:4222", Some(&ca))).unwrap();
+    let q = queue(&config, "jobs");
+    assert_eq!(q.nats_url, "tls://nats.example:4222");
+    assert_eq!(q.nats_ca_file, Some(std::path::PathBuf::from(&ca)));
+    assert!(q.nats_credentials.is_some());
+    let q = queue(&load(toml("tls://nats.example", None)).unwrap(), "jobs");
+    assert_eq!(
+        (q.nats_url.as_str(), q.nats_ca_file),
+        ("tls://nats.example", None)
+    );
+
+    let error = |url: &str, ca_file: &str| load(toml(url, Some(ca_file))).unwrap_err().to_string();
+    let plain = error("nats://nats.example:4222", &ca);
+    assert!(
+        plain.contains("w.toml:5: services.jobs.nats_ca_file: ")
+            && plain.contains("need a tls:// nats_url"),
+        "{plain}"
+    );
+    let missing = error("tls://h", "/nonexistent/ca.pem");
+    assert!(
+        missing.contains("services.jobs.nats_ca_file: \"/nonexistent/ca.pem\" cannot be read"),
+        "{missing}"
+    );
+    let keyonly = error("tls://h", &no_cert);
+    assert!(keyonly.contains("holds no certificate"), "{keyonly}");
+    let junk = error("tls://h", &not_pem);
+    assert!(junk.contains("is not valid PEM"), "{junk}");
+    // A bad URL is one problem, not two: whether it wanted TLS is unknown.
+    let bad_url = error("tcp://h", &ca);
+    assert!(bad_url.contains("use nats://, or tls://"), "{bad_url}");
+    assert!(!bad_url.contains("nats_ca_file"), "{bad_url}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `forward_headers` stores a client's headers with the message: the broker's own and
@@ -1159,7 +1224,7 @@ bogus_free = 1
     assert_eq!(
         problems(&text),
         [
-            r#"wharf.toml:5: services.jobs.nats_url: "http://127.0.0.1:4222": unsupported scheme "http", use nats:// (e.g. "nats://127.0.0.1:4222")"#,
+            r#"wharf.toml:5: services.jobs.nats_url: "http://127.0.0.1:4222": unsupported scheme "http", use nats://, or tls:// to require TLS (e.g. "nats://127.0.0.1:4222")"#,
             r#"wharf.toml:6: services.jobs.stream: "WHARF.JOBS" is not a valid stream name, use letters, digits, `-` and `_` (e.g. "WHARF_JOBS")"#,
             r#"wharf.toml:7: services.jobs.subject: "wharf.*" is not a valid subject, use dot-separated tokens without spaces or wildcards (e.g. "wharf.jobs")"#,
             r#"wharf.toml:8: services.jobs.forward_headers: "transfer-encoding" is a hop-by-hop or framing header, which wharf manages itself"#,

@@ -28,12 +28,46 @@ pub(crate) fn consumer_name(service: &str) -> String {
     format!("wharf_{service}")
 }
 
-/// Connects (in the background: an unreachable broker is not an error, the client keeps
-/// trying) and builds the JetStream context.
+/// Connects and builds the JetStream context. A broker that cannot be reached is not an
+/// error: the first try's failure is logged with its cause (TLS that does not verify,
+/// credentials refused, nothing listening), then the client keeps trying in the background.
 pub(crate) async fn connect(
     service: &str,
     config: &QueueConfig,
 ) -> Result<Ready, async_nats::ConnectError> {
+    // async-nats reports a failed connect only by the error's kind once it retries by itself
+    // (an unverified certificate is an "IO error"), so the cause is taken from a first try
+    // made without retrying.
+    let client = match connect_options(service, config)
+        .connect(config.nats_url.as_str())
+        .await
+    {
+        Ok(client) => client,
+        Err(error) => {
+            warn!(
+                service,
+                url = config.nats_url,
+                error = %error,
+                "queue broker not reached; trying again in the background"
+            );
+            connect_options(service, config)
+                .retry_on_initial_connect()
+                .connect(config.nats_url.as_str())
+                .await?
+        }
+    };
+    let jetstream = jetstream::ContextBuilder::new()
+        .timeout(config.publish_timeout)
+        // Wait for an in-flight slot rather than fail: the publish as a whole is bounded
+        // by `publish_timeout`.
+        .backpressure_on_inflight(true)
+        .build(client.clone());
+    Ok(Ready { client, jetstream })
+}
+
+/// The client's options for `service`: its name, events logged, timeouts, TLS and
+/// credentials.
+fn connect_options(service: &str, config: &QueueConfig) -> async_nats::ConnectOptions {
     let (service_name, url) = (service.to_owned(), config.nats_url.clone());
     let options = async_nats::ConnectOptions::new()
         .name(format!("wharf {service}"))
@@ -51,27 +85,26 @@ pub(crate) async fn connect(
                 }
             }
         })
-        .retry_on_initial_connect()
+        // `tls://`: TLS required, never a plain connection (async-nats reads the scheme
+        // too; this does not leave it to the URL alone).
+        .require_tls(config.nats_url.starts_with("tls://"))
         .connection_timeout(Duration::from_secs(2))
         .request_timeout(Some(config.publish_timeout));
+    // The system's roots verify the broker's certificate unless `nats_ca_file` names others
+    // (async-nats reads the file at each connect; the config checked it holds certificates).
+    let options = match &config.nats_ca_file {
+        Some(ca_file) => options.add_root_certificates(ca_file.clone()),
+        None => options,
+    };
     // async-nats reads no credentials from the URL (0.46 sends only those set here), so the
     // config keeps them apart from `nats_url`, which is then safe to log.
-    let client = match &config.nats_credentials {
+    match &config.nats_credentials {
         None => options,
         Some(NatsCredentials::UserPassword { user, password }) => {
             options.user_and_password(user.clone(), password.clone())
         }
         Some(NatsCredentials::Token(token)) => options.token(token.clone()),
     }
-    .connect(config.nats_url.as_str())
-    .await?;
-    let jetstream = jetstream::ContextBuilder::new()
-        .timeout(config.publish_timeout)
-        // Wait for an in-flight slot rather than fail: the publish as a whole is bounded
-        // by `publish_timeout`.
-        .backpressure_on_inflight(true)
-        .build(client.clone());
-    Ok(Ready { client, jetstream })
 }
 
 /// Creates (or finds) the stream and the durable consumer, retrying until it works or

@@ -33,13 +33,27 @@ pub(super) fn queue(
         }
     };
 
+    let mut url_reported = false;
     let (nats_url, nats_credentials) = match &raw.nats_url {
         None => (defaults::NATS_URL.to_owned(), None),
         Some(written) => nats_url(written.get_ref()).unwrap_or_else(|why| {
             c.report(Some(written.span()), &key("nats_url"), why);
+            url_reported = true;
             (defaults::NATS_URL.to_owned(), None)
         }),
     };
+
+    let nats_ca_file = raw.nats_ca_file.as_ref().and_then(|written| {
+        // A bad `nats_url` is reported already: whether it asks for TLS is unknown.
+        let tls = url_reported || nats_url.starts_with("tls://");
+        nats_ca_file(written.get_ref(), tls).map_or_else(
+            |why| {
+                c.report(Some(written.span()), &key("nats_ca_file"), why);
+                None
+            },
+            Some,
+        )
+    });
 
     let stream = match &raw.stream {
         None => {
@@ -134,6 +148,7 @@ pub(super) fn queue(
         path,
         nats_url,
         nats_credentials,
+        nats_ca_file,
         stream,
         subject,
         forward_headers,
@@ -301,17 +316,19 @@ pub(super) fn unique_queue_names(c: &mut Checker<'_>, queues: &[QueueNames]) {
     }
 }
 
-/// `nats://[user:password@|token@]host[:port]`, returned normalised without its user
-/// information, and that as credentials (percent-decoded, as the URL carries them). The
-/// NATS client reads no credentials from a URL, so they are handed to it separately.
+/// `nats://[user:password@|token@]host[:port]` (or `tls://...`, TLS required), returned
+/// normalised without its user information, and that as credentials (percent-decoded, as
+/// the URL carries them). The NATS client reads no credentials from a URL, so they are
+/// handed to it separately.
 pub(crate) fn nats_url(written: &str) -> Result<(String, Option<NatsCredentials>), String> {
     let shown = crate::redacted_url(written);
     let example = r#"e.g. "nats://127.0.0.1:4222""#;
     let url =
         Url::parse(written).map_err(|err| format!("{shown:?} is not a URL: {err} ({example})"))?;
-    if url.scheme() != "nats" {
+    if !matches!(url.scheme(), "nats" | "tls") {
         return Err(format!(
-            "{shown:?}: unsupported scheme {:?}, use nats:// ({example})",
+            "{shown:?}: unsupported scheme {:?}, use nats://, or tls:// to require TLS \
+             ({example})",
             url.scheme()
         ));
     }
@@ -368,6 +385,33 @@ pub(crate) fn nats_url(written: &str) -> Result<(String, Option<NatsCredentials>
         normalised.pop();
     }
     Ok((normalised, credentials))
+}
+
+/// `nats_ca_file`: a readable PEM file with at least one certificate, for a `tls://`
+/// `nats_url` only (`tls`): with `nats://` TLS is the broker's choice, and roots for it
+/// would suggest a protection the URL does not ask for.
+fn nats_ca_file(written: &str, tls: bool) -> Result<std::path::PathBuf, String> {
+    use rustls_pki_types::pem::{self, PemObject};
+    use rustls_pki_types::CertificateDer;
+    if !tls {
+        return Err(format!(
+            "{written:?}: certificates for the broker need a tls:// nats_url, which requires \
+             TLS (e.g. \"tls://nats.example:4222\")"
+        ));
+    }
+    let path = std::path::PathBuf::from(written);
+    let certs = CertificateDer::pem_file_iter(&path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|error| match error {
+            pem::Error::Io(error) => format!("{written:?} cannot be read: {error}"),
+            other => format!("{written:?} is not valid PEM: {other}"),
+        })?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{written:?} holds no certificate (PEM \"CERTIFICATE\" blocks expected)"
+        ));
+    }
+    Ok(path)
 }
 
 /// A JetStream stream name: letters, digits, `-` and `_`, at most 255 characters.
@@ -440,10 +484,14 @@ mod tests {
             nats_url("nats://nats.example:4222/"),
             Ok(("nats://nats.example:4222".to_owned(), None))
         );
+        assert_eq!(
+            nats_url("tls://nats.example:4222"),
+            Ok(("tls://nats.example:4222".to_owned(), None))
+        );
         for bad in [
             "",
             "127.0.0.1:4222",
-            "tls://x:4222",
+            "ws://x:4222",
             "nats://",
             "nats://x/jobs",
             "nats://:pw@x:4222",
