@@ -468,19 +468,20 @@ async fn a_dead_letter_the_broker_refuses_is_tried_again_and_the_backend_never_p
     let dead_lettered = "wharf_queue_dead_lettered_total{service=\"jobs\"}";
     assert_eq!(metric(&wharf, dead_lettered).await, 0.0);
     // Waiting for its next try, the pending copy is unacknowledged with the broker (as
-    // docs/configuration.md says).
-    let mut consumer: async_nats::jetstream::consumer::PullConsumer = jetstream
+    // docs/configuration.md says): it counts against max_ack_pending.
+    let consumer: async_nats::jetstream::consumer::PullConsumer = jetstream
         .get_stream(&stream)
         .await
         .unwrap()
         .get_consumer("wharf_jobs")
         .await
         .unwrap();
-    let info = consumer.info().await.unwrap();
-    assert!(
-        info.num_ack_pending + usize::try_from(info.num_pending).unwrap() >= 1,
-        "the message is kept: {info:?}"
-    );
+    let ack_pending = poll_until(Duration::from_secs(5), || {
+        let mut consumer = consumer.clone();
+        async move { consumer.info().await.unwrap().num_ack_pending >= 1 }
+    })
+    .await;
+    assert!(ack_pending, "the pending copy is not ack-pending");
 
     // Room again: the pending dead letter is stored, with no attempt more.
     dead.purge().await.unwrap();
@@ -524,6 +525,124 @@ async fn a_dead_letter_the_broker_refuses_is_tried_again_and_the_backend_never_p
     .await;
     assert!(emptied, "the message is still in the queue");
     assert_eq!(attempts(&seen), 2);
+    wharf.stop().await;
+}
+
+/// The queue's own stream (which keeps the dead letters, as wharf makes it) refuses the
+/// dead letter and a copy alike: the message is held and both are tried again, and the
+/// backend is not called past `max_deliver` meanwhile.
+#[tokio::test]
+async fn a_dead_letter_refused_with_its_copy_holds_the_message_and_spares_the_backend() {
+    use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy};
+    let Some((stream, subject, _cleanup)) = fresh_stream("deadheld").await else {
+        return;
+    };
+    let dead_subject = format!("{subject}.dead");
+    let client = async_nats::connect(NATS).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    // wharf's own layout, but full once the message is in: one message at most.
+    let full = Config {
+        name: stream.clone(),
+        subjects: vec![subject.clone(), dead_subject.clone()],
+        retention: RetentionPolicy::WorkQueue,
+        max_messages: 1,
+        discard: DiscardPolicy::New,
+        ..Default::default()
+    };
+    jetstream.create_stream(full.clone()).await.unwrap();
+
+    let seen: Seen = Arc::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    spawn_backend(listener, seen.clone(), "poison");
+    let wharf = start_wharf(&queue_toml(
+        &stream,
+        &subject,
+        backend_addr,
+        "max_deliver = 2\nbackoff = \"50ms\"\nack_wait = \"1s\"",
+    ))
+    .await;
+    let poison = publish(&wharf.url("/jobs"), "poison").await;
+    let failed = "wharf_queue_dead_letter_failed_total{service=\"jobs\"}";
+    // Held for 50, 100, 200, 400, 800 ms, ... : past ack_wait several times over.
+    let refused = poll_until(Duration::from_secs(10), || async {
+        metric(&wharf, failed).await >= 6.0
+    })
+    .await;
+    assert!(refused, "{failed} never reached 6");
+    let attempts = |seen: &Seen| seen.lock().unwrap().get(&poison).map_or(0, Vec::len);
+    assert_eq!(
+        attempts(&seen),
+        2,
+        "the backend was called past max_deliver"
+    );
+
+    // Room again: the held message is dead-lettered, with no attempt more.
+    jetstream
+        .update_stream(Config {
+            max_messages: 10,
+            ..full
+        })
+        .await
+        .unwrap();
+    let dead_lettered = "wharf_queue_dead_lettered_total{service=\"jobs\"}";
+    let stored = poll_until(Duration::from_secs(10), || async {
+        metric(&wharf, dead_lettered).await == 1.0
+    })
+    .await;
+    assert!(stored, "{dead_lettered} never reached 1");
+    assert_eq!(attempts(&seen), 2);
+    wharf.stop().await;
+}
+
+/// A dead letter that gets no acknowledgement within `publish_timeout`, longer than
+/// `ack_wait`, keeps the message with its delivery meanwhile: the broker does not hand it
+/// to another delivery, so the backend is not called past `max_deliver` (found by a review:
+/// with `ack_wait = "1s"` and the default 5 s, six attempts in 12 s).
+#[tokio::test]
+async fn a_dead_letter_slower_than_ack_wait_does_not_let_the_message_be_redelivered() {
+    use async_nats::jetstream::stream::{Config, RetentionPolicy};
+    let Some((stream, subject, _cleanup)) = fresh_stream("deadslow").await else {
+        return;
+    };
+    let dead_subject = format!("{subject}.dead");
+    let client = async_nats::connect(NATS).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client.clone());
+    jetstream
+        .create_stream(Config {
+            name: stream.clone(),
+            subjects: vec![subject.clone()],
+            retention: RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A listener on the dead subject that never answers, and no stream: a JetStream
+    // publish there waits for an acknowledgement that never comes.
+    let _silent = client.subscribe(dead_subject).await.unwrap();
+    client.flush().await.unwrap();
+
+    let seen: Seen = Arc::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    spawn_backend(listener, seen.clone(), "poison");
+    let toml = queue_toml(
+        &stream,
+        &subject,
+        backend_addr,
+        "max_deliver = 2\nbackoff = \"50ms\"\nack_wait = \"1s\"",
+    )
+    .replace("stream = ", "publish_timeout = \"2500ms\"\nstream = ");
+    let wharf = start_wharf(&toml).await;
+    let poison = publish(&wharf.url("/jobs"), "poison").await;
+    let failed = "wharf_queue_dead_letter_failed_total{service=\"jobs\"}";
+    let refused = poll_until(Duration::from_secs(15), || async {
+        metric(&wharf, failed).await >= 2.0
+    })
+    .await;
+    assert!(refused, "{failed} never reached 2");
+    let attempts = seen.lock().unwrap().get(&poison).map_or(0, Vec::len);
+    assert_eq!(attempts, 2, "the backend was called past max_deliver");
     wharf.stop().await;
 }
 

@@ -64,8 +64,8 @@ pub const QUEUE_DELIVERED_TOTAL: &str = "wharf_queue_delivered_total";
 pub const QUEUE_RETRIED_TOTAL: &str = "wharf_queue_retried_total";
 /// Queue messages sent to the dead-letter subject after `max_deliver` failed attempts.
 pub const QUEUE_DEAD_LETTERED_TOTAL: &str = "wharf_queue_dead_lettered_total";
-/// Queue dead letters the broker did not store: the message is kept, its dead letter tried
-/// again later, and the backend not called again.
+/// Queue dead letters the broker did not store, one per failed try: the message is kept
+/// and its dead letter tried again.
 pub const QUEUE_DEAD_LETTER_FAILED_TOTAL: &str = "wharf_queue_dead_letter_failed_total";
 /// Queue deliveries of a message the broker had delivered before (a possible duplicate).
 pub const QUEUE_REDELIVERED_TOTAL: &str = "wharf_queue_redelivered_total";

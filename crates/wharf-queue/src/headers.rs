@@ -1,5 +1,6 @@
 //! The headers of a queued message: those stored with it (the call's, the broker's `Nats-*`
-//! and wharf's own [`ATTEMPTS_HEADER`]), those sent with each delivery to the backend, and
+//! and wharf's own [`ATTEMPTS_HEADER`] and [`DEAD_PENDING_HEADER`]), those sent with each
+//! delivery to the backend, and
 //! those of a dead letter; and who a delivered message is ([`Identity`]). The deliverer
 //! (`deliver`) decides what to do with a message; this module only reads and writes its
 //! headers.
@@ -43,7 +44,8 @@ pub(crate) fn call_headers(message: &Message) -> async_nats::HeaderMap {
 }
 
 /// The headers sent to the backend: those stored with the message (not the broker's own
-/// `Nats-*` nor [`ATTEMPTS_HEADER`]), plus the message id and the attempt number.
+/// `Nats-*` nor wharf's [`ATTEMPTS_HEADER`] and [`DEAD_PENDING_HEADER`]), plus the message
+/// id and the attempt number.
 pub(crate) fn backend_headers(message: &Message, id: &str, delivered: u32) -> HeaderMap {
     let mut headers = HeaderMap::new();
     if let Some(stored) = &message.headers {

@@ -1,50 +1,132 @@
 //! Dead letters: publishing a message that used up its attempts to the dead-letter
-//! subject, and keeping it (`Deliverer::keep_dead_pending`) when the broker does not store
-//! that dead letter, so that it is tried again and the backend is never called past
-//! `max_deliver`. When to dead-letter is the deliverer's call (`super`).
+//! subject, and keeping it when the broker does not store that dead letter, so that it is
+//! tried again and the backend is not called past `max_deliver`. When to dead-letter is
+//! the deliverer's call (`super`).
 
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{AckKind, Message};
-use tracing::warn;
+use tracing::{debug, warn};
 
-use super::{backoff_for, confirm, copy::copy_id, Deliverer, ACK_TIMEOUT};
+use super::copy::copy_id;
+use super::{backoff_for, confirm, hold_message, with_progress, Deliverer, ACK_TIMEOUT, MAX_HOLD};
 use crate::headers::{call_headers, header_safe, Identity};
 use crate::headers::{DEAD_DELIVERIES_HEADER, DEAD_REASON_HEADER, MESSAGE_ID_HEADER};
+use crate::stop::Stop;
 
 impl Deliverer {
     /// Publishes the message to the dead-letter subject with the reason and the `attempts`
     /// made, then terminates it. A dead letter the broker does not store is kept to be tried
-    /// again, and the backend is not called again (`keep_dead_pending`).
+    /// again, and the backend is not called again:
+    /// - the message is handed back as a dead-letter-pending copy:
+    ///   [`DEAD_PENDING_HEADER`](super::DEAD_PENDING_HEADER) holds the reason,
+    ///   [`ATTEMPTS_HEADER`](super::ATTEMPTS_HEADER) the attempts made, and a delivery of
+    ///   that copy only tries the dead letter again (`deliver`);
+    /// - a copy that is one already is nak'd, to come back after the backoff of its own
+    ///   deliveries (at most [`MAX_BACKOFF`](super::MAX_BACKOFF));
+    /// - if the copy cannot be stored either (the queue's own stream refuses it too: with
+    ///   wharf's stream, which keeps the dead letters, it is the same stream), the message
+    ///   is held, as for a backend that is down, and both are tried again after `backoff`
+    ///   doubling up to [`MAX_HOLD`]. If the service stops meanwhile it is nak'd as it is:
+    ///   nothing is lost, and its next delivery makes one attempt past `max_deliver`.
+    ///
+    /// Why a stored copy and not a count kept in this process: the broker's delivery count
+    /// cannot tell a delivery whose dead letter failed from one that made no attempt (a
+    /// wharf killed while the backend was down), and only the broker outlives this process.
+    /// Not covered: wharf killed (or the acknowledgement lost) after the copy is stored and
+    /// before the original is acknowledged; the original then comes back unmarked after
+    /// `ack_wait`, for one attempt more, beside its copy.
+    ///
+    /// A copy waiting for its nak'd retry is ack-pending with the broker, as a failed
+    /// attempt waiting for its backoff is, and so is a held message: while dead letters keep
+    /// failing, such messages take up the consumer's `max_ack_pending` (4 × `concurrency`,
+    /// at least 64), and once it is reached the queue's deliveries wait.
     pub(super) async fn dead_letter(
         &self,
         message: &Message,
         identity: &Identity,
         attempts: u32,
         reason: &str,
+        stop: &mut Stop,
     ) {
         let id = identity.id.as_str();
-        match self
-            .publish_dead_letter(message, id, attempts, reason)
-            .await
-        {
-            Ok(()) => {
-                confirm(message, AckKind::Term, id).await;
-                self.metrics.dead_lettered();
+        let (backoff, ack_wait) = (self.config.deliver.backoff, self.config.deliver.ack_wait);
+        let mut hold = backoff;
+        let mut held = false;
+        loop {
+            let error = match self
+                .publish_dead_letter(message, id, attempts, reason)
+                .await
+            {
+                Ok(()) => {
+                    confirm(message, AckKind::Term, id).await;
+                    self.metrics.dead_lettered();
+                    warn!(
+                        service = self.service,
+                        id,
+                        delivered = attempts,
+                        reason,
+                        subject = self.config.deliver.dead_letter_subject,
+                        "message dead-lettered"
+                    );
+                    return;
+                }
+                Err(error) => error,
+            };
+            self.metrics.dead_letter_failed();
+            if identity.dead_pending.is_some() {
+                let deliveries = identity.attempt.saturating_sub(identity.attempts_made);
+                let delay = backoff_for(backoff, deliveries);
                 warn!(
                     service = self.service,
                     id,
-                    delivered = attempts,
-                    reason,
-                    subject = self.config.deliver.dead_letter_subject,
-                    "message dead-lettered"
+                    error,
+                    ?delay,
+                    "dead letter not stored; trying it again later"
                 );
+                let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
+                return;
             }
-            Err(error) => {
-                self.metrics.dead_letter_failed();
-                self.keep_dead_pending(message, identity, attempts, reason, &error)
+            let copy_id = copy_id(id, "dead-pending", identity.sequence);
+            let copy_error = match self
+                .store_copy(message, id, copy_id, attempts, Some(reason))
+                .await
+            {
+                Ok(()) => {
+                    confirm(message, AckKind::Ack, id).await;
+                    warn!(
+                        service = self.service,
+                        id,
+                        error,
+                        "dead letter not stored; the message is kept to try it again later"
+                    );
+                    return;
+                }
+                Err(copy_error) => copy_error,
+            };
+            if held {
+                debug!(
+                    service = self.service,
+                    id, error, copy_error, "dead letter still not stored"
+                );
+            } else {
+                warn!(
+                    service = self.service,
+                    id,
+                    error,
+                    copy_error,
+                    "dead letter not stored, nor a copy that keeps it pending; holding the \
+                     message to try again"
+                );
+                held = true;
+            }
+            if !hold_message(message, hold, ack_wait, stop).await {
+                let _ = message
+                    .ack_with(AckKind::Nak(Some(backoff_for(backoff, attempts))))
                     .await;
+                return;
             }
+            hold = (hold * 2).min(MAX_HOLD);
         }
     }
 
@@ -69,12 +151,20 @@ impl Deliverer {
             // can share this id within the stream's duplicate window.
             .message_id(format!("{id}/dead"));
         let jetstream = &self.ready.jetstream;
-        let published = tokio::time::timeout(self.config.publish_timeout, async {
-            jetstream
-                .send_publish(subject.clone(), publish)
-                .await?
-                .await
-        })
+        // In-progress acks now (the last attempt may have used most of `ack_wait`) and
+        // meanwhile (`publish_timeout` may be longer than `ack_wait`): the broker must not
+        // hand the message to another delivery while this one waits.
+        let _ = message.ack_with(AckKind::Progress).await;
+        let published = with_progress(
+            message,
+            self.config.deliver.ack_wait,
+            tokio::time::timeout(self.config.publish_timeout, async {
+                jetstream
+                    .send_publish(subject.clone(), publish)
+                    .await?
+                    .await
+            }),
+        )
         .await;
         match published {
             Ok(Ok(_ack)) => Ok(()),
@@ -94,73 +184,6 @@ impl Deliverer {
             }
             Ok(Err(error)) => Err(error.to_string()),
             Err(_elapsed) => Err("no acknowledgement in time".to_owned()),
-        }
-    }
-
-    /// Keeps a message whose dead letter the broker did not store (`error`), so that the
-    /// dead letter is tried again later and the backend is never called past `max_deliver`:
-    /// - the message is handed back as a dead-letter-pending copy: [`DEAD_PENDING_HEADER`](super::DEAD_PENDING_HEADER)
-    ///   holds the reason, [`ATTEMPTS_HEADER`](super::ATTEMPTS_HEADER) the attempts made, and a delivery of that
-    ///   copy only tries the dead letter again (`deliver`);
-    /// - a copy that is one already is nak'd, to come back after the backoff of its own
-    ///   deliveries (at most [`MAX_BACKOFF`](super::MAX_BACKOFF));
-    /// - if the copy cannot be stored either, the message is nak'd as it is: nothing is
-    ///   lost, and its next delivery makes one attempt past `max_deliver`.
-    ///
-    /// Why a stored copy and not a count kept in this process: the broker's delivery count
-    /// cannot tell a delivery whose dead letter failed from one that made no attempt (a
-    /// wharf killed while the backend was down), and only the broker outlives this process.
-    /// A message waiting for a nak'd retry is ack-pending with the broker, as every failed
-    /// attempt's is, so while dead letters keep failing each such message holds one of the
-    /// consumer's `max_ack_pending` (4 × `concurrency`, at least 64) until it is stored.
-    async fn keep_dead_pending(
-        &self,
-        message: &Message,
-        identity: &Identity,
-        attempts: u32,
-        reason: &str,
-        error: &str,
-    ) {
-        let id = identity.id.as_str();
-        let backoff = self.config.deliver.backoff;
-        if identity.dead_pending.is_some() {
-            let deliveries = identity.attempt.saturating_sub(identity.attempts_made);
-            let delay = backoff_for(backoff, deliveries);
-            warn!(
-                service = self.service,
-                id,
-                error,
-                ?delay,
-                "dead letter not stored; trying it again later"
-            );
-            let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
-            return;
-        }
-        let copy_id = copy_id(id, "dead-pending", identity.sequence);
-        match self
-            .store_copy(message, id, copy_id, attempts, Some(reason))
-            .await
-        {
-            Ok(()) => {
-                confirm(message, AckKind::Ack, id).await;
-                warn!(
-                    service = self.service,
-                    id, error, "dead letter not stored; the message is kept to try it again later"
-                );
-            }
-            Err(copy_error) => {
-                let delay = backoff_for(backoff, attempts);
-                warn!(
-                    service = self.service,
-                    id,
-                    error,
-                    copy_error,
-                    ?delay,
-                    "dead letter not stored, nor a copy that keeps it pending; \
-                     the message will be delivered again"
-                );
-                let _ = message.ack_with(AckKind::Nak(Some(delay))).await;
-            }
         }
     }
 }

@@ -7,7 +7,7 @@
 //!   a delay of `backoff` doubling per attempt (at most [`MAX_BACKOFF`]); at `max_deliver` it
 //!   is published to the dead-letter subject with the reason, then terminated. A dead letter
 //!   the broker does not store is kept pending, in a copy whose deliveries try only the dead
-//!   letter again, never the backend (`Deliverer::keep_dead_pending`).
+//!   letter again, never the backend (`Deliverer::dead_letter`).
 //! - could not connect: the backend is down, which is not the message's fault. The message is
 //!   held (kept ours with in-progress acks, so the broker does not count a delivery) and
 //!   tried again after `backoff`, doubling up to [`MAX_HOLD`], until the backend is back; the
@@ -190,7 +190,8 @@ impl Deliverer {
         if let Some(reason) = &identity.dead_pending {
             // Every attempt was made before this copy was stored: only its dead letter is
             // left to store.
-            self.dead_letter(&message, &identity, identity.attempts_made, reason)
+            let attempts = identity.attempts_made;
+            self.dead_letter(&message, &identity, attempts, reason, &mut stop)
                 .await;
             return;
         }
@@ -246,7 +247,7 @@ impl Deliverer {
             };
             let (retry_reason, reason) = reason;
             if delivered >= self.config.deliver.max_deliver {
-                self.dead_letter(&message, &identity, delivered, &reason)
+                self.dead_letter(&message, &identity, delivered, &reason, &mut stop)
                     .await;
             } else {
                 self.metrics.retried(retry_reason);
