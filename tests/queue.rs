@@ -1160,7 +1160,7 @@ async fn tls_to_the_broker_is_verified_against_nats_ca_file() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{logs}");
     let refused = logs
         .lines()
-        .find(|line| line.contains("queue broker not reached"))
+        .find(|line| line.contains("queue broker not connected"))
         .unwrap_or_else(|| panic!("no warning about the refused connection:\n{logs}"));
     let event: serde_json::Value = serde_json::from_str(refused).unwrap();
     assert_eq!(event["level"], "WARN", "{refused}");
@@ -1178,5 +1178,88 @@ async fn tls_to_the_broker_is_verified_against_nats_ca_file() {
             .values()
             .any(|bodies| bodies.iter().any(|body| body == "never sent")),
         "delivered without a verified broker"
+    );
+}
+
+/// `tls://` never talks in clear: against a broker without TLS the client refuses, the
+/// credentials stay unsent, publishes get 503 and the warning names the cause.
+#[tokio::test]
+async fn a_tls_url_refuses_a_broker_without_tls() {
+    let Some(nats) = OwnNats::start(&["--user", "wharf", "--pass", "plain-s3cret"]) else {
+        return;
+    };
+    nats.listening().await;
+    let (stream, subject) = names("plain");
+    let toml = queue_toml(&stream, &subject, "127.0.0.1:9".parse().unwrap(), "").replace(
+        &format!("nats_url = \"{NATS}\""),
+        &format!(
+            "nats_url = \"tls://wharf:plain-s3cret@127.0.0.1:{}\"\npublish_timeout = \"1s\"",
+            nats.port
+        ),
+    );
+    let config = config_file("queue-tls-plain", &format!("{}{toml}", server_table("")));
+    let wharf = WharfProcess::start(&config);
+    let (status, _) = send(Method::POST, &wharf.url("/jobs"), "never sent").await;
+    wharf.signal("TERM");
+    let (exit, logs) = wharf.wait().await;
+    remove_config_file(&config);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{logs}");
+    assert!(exit.success(), "{exit}\n{logs}");
+    let refused = logs
+        .lines()
+        .find(|line| line.contains("queue broker not connected"))
+        .unwrap_or_else(|| panic!("no warning about the refused connection:\n{logs}"));
+    let event: serde_json::Value = serde_json::from_str(refused).unwrap();
+    assert!(
+        event["fields"]["error"]
+            .as_str()
+            .is_some_and(|text| text.contains("corrupt message")),
+        "the TLS failure is named: {refused}"
+    );
+    assert!(
+        !logs.contains("plain-s3cret"),
+        "the password was logged:\n{logs}"
+    );
+}
+
+/// A broker that accepts the connection and never speaks (a black hole behind a proxy)
+/// bounds the first try: a warning names it, the client goes on trying in the background,
+/// set-up failures are logged, and every publish gets 503 in `publish_timeout`.
+#[tokio::test]
+async fn a_silent_broker_bounds_the_first_try_and_publishes_get_503() {
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            kept.push(socket);
+        }
+    });
+    let (stream, subject) = names("silent");
+    let toml = queue_toml(&stream, &subject, "127.0.0.1:9".parse().unwrap(), "").replace(
+        &format!("nats_url = \"{NATS}\""),
+        &format!("nats_url = \"nats://127.0.0.1:{port}\"\npublish_timeout = \"1s\""),
+    );
+    let config = config_file("queue-silent", &format!("{}{toml}", server_table("")));
+    let wharf = WharfProcess::start(&config);
+    // The first try ends after 3 s, then a set-up attempt times out after 1 s: five
+    // publishes of 1 s each span both.
+    for _ in 0..5 {
+        let (status, _) = send(Method::POST, &wharf.url("/jobs"), "never sent").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    wharf.signal("TERM");
+    let (exit, logs) = wharf.wait().await;
+    remove_config_file(&config);
+    held.abort();
+    assert!(exit.success(), "{exit}\n{logs}");
+    let first = logs
+        .lines()
+        .find(|line| line.contains("queue broker not connected"))
+        .unwrap_or_else(|| panic!("the first try's end is not logged:\n{logs}"));
+    assert!(first.contains("no answer within 3s"), "{first}");
+    assert!(
+        logs.contains("queue set-up failed"),
+        "set-up never ran after the first try:\n{logs}"
     );
 }

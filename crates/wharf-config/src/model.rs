@@ -446,8 +446,9 @@ pub struct QueueConfig {
     /// (percent-decoded); `None`: no authentication.
     pub nats_credentials: Option<NatsCredentials>,
     /// `nats_ca_file`: PEM file of the certificates that verify the broker's (instead of the
-    /// system's roots). Only with a `tls://` `nats_url`; checked at load to hold at least
-    /// one certificate. Default none.
+    /// system's roots): a private CA, or the broker's self-signed certificate if it is not
+    /// marked as a CA. Only with a `tls://` `nats_url`; checked at load to hold X.509
+    /// certificates only, read again by the client at every connect. Default none.
     pub nats_ca_file: Option<std::path::PathBuf>,
     /// `stream`: the JetStream stream, created at start if absent (file storage, work-queue
     /// retention, capturing `subject` and `deliver.dead_letter_subject`). Required; letters,

@@ -1118,9 +1118,15 @@ fn nats_over_tls_and_its_ca_file() {
         std::fs::write(&path, text).unwrap();
         path.display().to_string()
     };
-    // Any DER in a CERTIFICATE block: the trust anchor itself is the client's to parse.
-    let ca = write(
-        "ca.pem",
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["nats.example".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let ca = write("ca.pem", &cert.pem());
+    // PEM, but no X.509 inside: the NATS client would fail every connect on it.
+    let not_x509 = write(
+        "bad.pem",
         "-----BEGIN CERTIFICATE-----\nAAECAwQFBgcI\n-----END CERTIFICATE-----\n",
     );
     let no_cert = write(
@@ -1164,6 +1170,11 @@ fn nats_over_tls_and_its_ca_file() {
     assert!(keyonly.contains("holds no certificate"), "{keyonly}");
     let junk = error("tls://h", &not_pem);
     assert!(junk.contains("is not valid PEM"), "{junk}");
+    let bad = error("tls://h", &not_x509);
+    assert!(
+        bad.contains("certificate 1 is not a usable X.509 certificate"),
+        "{bad}"
+    );
     // A bad URL is one problem, not two: whether it wanted TLS is unknown.
     let bad_url = error("tcp://h", &ca);
     assert!(bad_url.contains("use nats://, or tls://"), "{bad_url}");

@@ -13,6 +13,9 @@ use wharf_config::{NatsCredentials, QueueConfig};
 
 use crate::stop::Stop;
 
+/// Bound of the first connect (TCP connect, the broker's first words, TLS), after which the
+/// client keeps trying in the background.
+const FIRST_TRY_BOUND: Duration = Duration::from_secs(3);
 /// Longest pause between two attempts to set the stream and consumer up.
 const MAX_SETUP_PAUSE: Duration = Duration::from_secs(5);
 
@@ -30,25 +33,33 @@ pub(crate) fn consumer_name(service: &str) -> String {
 
 /// Connects and builds the JetStream context. A broker that cannot be reached is not an
 /// error: the first try's failure is logged with its cause (TLS that does not verify,
-/// credentials refused, nothing listening), then the client keeps trying in the background.
+/// credentials refused, nothing listening, no answer within [`FIRST_TRY_BOUND`]), then the
+/// client keeps trying in the background.
 pub(crate) async fn connect(
     service: &str,
     config: &QueueConfig,
 ) -> Result<Ready, async_nats::ConnectError> {
-    // async-nats reports a failed connect only by the error's kind once it retries by itself
-    // (an unverified certificate is an "IO error"), so the cause is taken from a first try
-    // made without retrying.
-    let client = match connect_options(service, config)
-        .connect(config.nats_url.as_str())
-        .await
-    {
-        Ok(client) => client,
-        Err(error) => {
+    // Once it retries by itself, async-nats reports a failed connect at `info` by its error
+    // kind only (an unverified certificate is an "IO error"; the cause is at `debug`), so the
+    // cause is taken from a first try made without retrying. Bounded: async-nats bounds the
+    // TCP connect, not the wait for the broker's first words or the TLS handshake.
+    let first_try = tokio::time::timeout(
+        FIRST_TRY_BOUND,
+        connect_options(service, config).connect(config.nats_url.as_str()),
+    )
+    .await;
+    let client = match first_try {
+        Ok(Ok(client)) => client,
+        failed => {
+            let error = match failed {
+                Ok(Err(error)) => error.to_string(),
+                _ => format!("no answer within {FIRST_TRY_BOUND:?}"),
+            };
             warn!(
                 service,
                 url = config.nats_url,
-                error = %error,
-                "queue broker not reached; trying again in the background"
+                error,
+                "queue broker not connected; trying again in the background"
             );
             connect_options(service, config)
                 .retry_on_initial_connect()

@@ -387,12 +387,13 @@ pub(crate) fn nats_url(written: &str) -> Result<(String, Option<NatsCredentials>
     Ok((normalised, credentials))
 }
 
-/// `nats_ca_file`: a readable PEM file with at least one certificate, for a `tls://`
-/// `nats_url` only (`tls`): with `nats://` TLS is the broker's choice, and roots for it
-/// would suggest a protection the URL does not ask for.
+/// `nats_ca_file`: a readable PEM file of certificates that the NATS client can each take as
+/// a trust anchor (as it does at every connect), for a `tls://` `nats_url` only (`tls`):
+/// with `nats://` TLS is the broker's choice, and roots for it would suggest a protection the
+/// URL does not ask for.
 fn nats_ca_file(written: &str, tls: bool) -> Result<std::path::PathBuf, String> {
-    use rustls_pki_types::pem::{self, PemObject};
-    use rustls_pki_types::CertificateDer;
+    use rustls::pki_types::pem::{self, PemObject};
+    use rustls::pki_types::CertificateDer;
     if !tls {
         return Err(format!(
             "{written:?}: certificates for the broker need a tls:// nats_url, which requires \
@@ -410,6 +411,15 @@ fn nats_ca_file(written: &str, tls: bool) -> Result<std::path::PathBuf, String> 
         return Err(format!(
             "{written:?} holds no certificate (PEM \"CERTIFICATE\" blocks expected)"
         ));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for (n, cert) in certs.into_iter().enumerate() {
+        roots.add(cert).map_err(|error| {
+            format!(
+                "{written:?}: certificate {} is not a usable X.509 certificate: {error}",
+                n + 1
+            )
+        })?;
     }
     Ok(path)
 }
