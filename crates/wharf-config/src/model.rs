@@ -439,8 +439,8 @@ pub struct QueueConfig {
     /// `tls://...` to require TLS (the broker's certificate verified against
     /// `nats_ca_file`, else the system's roots), kept here normalised and without its user
     /// information (so it can be logged), which is in `nats_credentials`. Default
-    /// `nats://127.0.0.1:4222`. While it is unreachable publishes get 503 and nothing is
-    /// delivered; the client reconnects by itself.
+    /// `nats://127.0.0.1:4222`. Until it is connected publishes get 503 and nothing is
+    /// delivered, and wharf keeps trying; once connected the client reconnects by itself.
     pub nats_url: String,
     /// How to authenticate to the broker, from `nats_url`'s user information
     /// (percent-decoded); `None`: no authentication.

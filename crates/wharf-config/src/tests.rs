@@ -1124,6 +1124,18 @@ fn nats_over_tls_and_its_ca_file() {
         .self_signed(&key)
         .unwrap();
     let ca = write("ca.pem", &cert.pem());
+    // A CA with a critical extension the client's webpki (0.102) does not know, as some
+    // enterprise CAs have (policyConstraints, requireExplicitPolicy 0): rustls 0.23's own
+    // webpki would take it, the NATS client fails every connect on it.
+    let mut strict = rcgen::CertificateParams::new(vec!["ca.example".to_owned()]).unwrap();
+    strict.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let mut policy = rcgen::CustomExtension::from_oid_content(
+        &[2, 5, 29, 36],
+        vec![0x30, 0x03, 0x80, 0x01, 0x00],
+    );
+    policy.set_criticality(true);
+    strict.custom_extensions.push(policy);
+    let strict_ca = write("strict.pem", &strict.self_signed(&key).unwrap().pem());
     // PEM, but no X.509 inside: the NATS client would fail every connect on it.
     let not_x509 = write(
         "bad.pem",
@@ -1170,9 +1182,15 @@ fn nats_over_tls_and_its_ca_file() {
     assert!(keyonly.contains("holds no certificate"), "{keyonly}");
     let junk = error("tls://h", &not_pem);
     assert!(junk.contains("is not valid PEM"), "{junk}");
+    let unsupported = error("tls://h", &strict_ca);
+    assert!(
+        unsupported
+            .contains("certificate 1 cannot be a trust anchor: UnsupportedCriticalExtension"),
+        "{unsupported}"
+    );
     let bad = error("tls://h", &not_x509);
     assert!(
-        bad.contains("certificate 1 is not a usable X.509 certificate"),
+        bad.contains("certificate 1 cannot be a trust anchor"),
         "{bad}"
     );
     // A bad URL is one problem, not two: whether it wanted TLS is unknown.

@@ -13,9 +13,8 @@ use wharf_config::{NatsCredentials, QueueConfig};
 
 use crate::stop::Stop;
 
-/// Bound of the first connect (TCP connect, the broker's first words, TLS), after which the
-/// client keeps trying in the background.
-const FIRST_TRY_BOUND: Duration = Duration::from_secs(3);
+/// Bound of one try to connect to the broker: TCP connect, the broker's first words, TLS.
+const CONNECT_TRY_BOUND: Duration = Duration::from_secs(3);
 /// Longest pause between two attempts to set the stream and consumer up.
 const MAX_SETUP_PAUSE: Duration = Duration::from_secs(5);
 
@@ -32,40 +31,43 @@ pub(crate) fn consumer_name(service: &str) -> String {
 }
 
 /// Connects and builds the JetStream context. A broker that cannot be reached is not an
-/// error: the first try's failure is logged with its cause (TLS that does not verify,
-/// credentials refused, nothing listening, no answer within [`FIRST_TRY_BOUND`]), then the
-/// client keeps trying in the background.
+/// error: each failed try is a warning with its cause (TLS that does not verify, credentials
+/// refused, nothing listening, no answer within [`CONNECT_TRY_BOUND`]), and the next comes
+/// after a pause doubling from 100 ms to [`MAX_SETUP_PAUSE`], until one connects or the
+/// service stops (the caller's). Only a URL the client cannot parse is an error.
 pub(crate) async fn connect(
     service: &str,
     config: &QueueConfig,
 ) -> Result<Ready, async_nats::ConnectError> {
-    // Once it retries by itself, async-nats reports a failed connect at `info` by its error
-    // kind only (an unverified certificate is an "IO error"; the cause is at `debug`), so the
-    // cause is taken from a first try made without retrying. Bounded: async-nats bounds the
-    // TCP connect, not the wait for the broker's first words or the TLS handshake.
-    let first_try = tokio::time::timeout(
-        FIRST_TRY_BOUND,
-        connect_options(service, config).connect(config.nats_url.as_str()),
-    )
-    .await;
-    let client = match first_try {
-        Ok(Ok(client)) => client,
-        failed => {
-            let error = match failed {
-                Ok(Err(error)) => error.to_string(),
-                _ => format!("no answer within {FIRST_TRY_BOUND:?}"),
-            };
-            warn!(
-                service,
-                url = config.nats_url,
-                error,
-                "queue broker not connected; trying again in the background"
-            );
-            connect_options(service, config)
-                .retry_on_initial_connect()
-                .connect(config.nats_url.as_str())
-                .await?
-        }
+    // The tries are wharf's, not async-nats's own initial retries: those report a failure at
+    // `info` by its error kind only (an unverified certificate is an "IO error"; the cause
+    // is at `debug`), and are not bounded past the TCP connect, so a broker that accepts and
+    // never speaks (a black hole behind a proxy) would hold them for ever. Once connected,
+    // reconnecting is the client's.
+    let mut pause = Duration::from_millis(100);
+    let client = loop {
+        let tried = tokio::time::timeout(
+            CONNECT_TRY_BOUND,
+            connect_options(service, config).connect(config.nats_url.as_str()),
+        )
+        .await;
+        let error = match tried {
+            Ok(Ok(client)) => break client,
+            Ok(Err(error)) if error.kind() == async_nats::ConnectErrorKind::ServerParse => {
+                return Err(error)
+            }
+            Ok(Err(error)) => error.to_string(),
+            Err(_elapsed) => format!("no answer within {CONNECT_TRY_BOUND:?}"),
+        };
+        warn!(
+            service,
+            url = config.nats_url,
+            error,
+            retry_in = ?pause,
+            "queue broker not connected; trying again"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_SETUP_PAUSE);
     };
     let jetstream = jetstream::ContextBuilder::new()
         .timeout(config.publish_timeout)

@@ -145,7 +145,7 @@ async fn start(
         connected = broker::connect(&name, &config) => match connected {
             Ok(ready) => ready,
             Err(error) => {
-                // Only a URL the client cannot use gets here (the config validated it).
+                // Only a URL the client cannot parse gets here (the config validated it).
                 error!(error = %error, url = config.nats_url, "queue cannot connect; publishes get 503");
                 return;
             }

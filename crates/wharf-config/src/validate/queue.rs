@@ -392,8 +392,8 @@ pub(crate) fn nats_url(written: &str) -> Result<(String, Option<NatsCredentials>
 /// with `nats://` TLS is the broker's choice, and roots for it would suggest a protection the
 /// URL does not ask for.
 fn nats_ca_file(written: &str, tls: bool) -> Result<std::path::PathBuf, String> {
-    use rustls::pki_types::pem::{self, PemObject};
-    use rustls::pki_types::CertificateDer;
+    use rustls_pki_types::pem::{self, PemObject};
+    use rustls_pki_types::CertificateDer;
     if !tls {
         return Err(format!(
             "{written:?}: certificates for the broker need a tls:// nats_url, which requires \
@@ -412,11 +412,11 @@ fn nats_ca_file(written: &str, tls: bool) -> Result<std::path::PathBuf, String> 
             "{written:?} holds no certificate (PEM \"CERTIFICATE\" blocks expected)"
         ));
     }
-    let mut roots = rustls::RootCertStore::empty();
-    for (n, cert) in certs.into_iter().enumerate() {
-        roots.add(cert).map_err(|error| {
+    // The very parse async-nats 0.46 makes of each (its `tls::config_tls`).
+    for (n, cert) in certs.iter().enumerate() {
+        webpki::anchor_from_trusted_cert(cert).map_err(|error| {
             format!(
-                "{written:?}: certificate {} is not a usable X.509 certificate: {error}",
+                "{written:?}: certificate {} cannot be a trust anchor: {error}",
                 n + 1
             )
         })?;

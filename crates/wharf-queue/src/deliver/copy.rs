@@ -6,7 +6,7 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{AckKind, Message};
 use tracing::debug;
 
-use super::{confirm, with_progress, Deliverer, ACK_TIMEOUT};
+use super::{confirm, Deliverer, ACK_TIMEOUT};
 use crate::headers::{call_headers, header_safe, identify};
 use crate::headers::{ATTEMPTS_HEADER, DEAD_PENDING_HEADER, MESSAGE_ID_HEADER};
 
@@ -90,26 +90,14 @@ impl Deliverer {
             .payload(message.payload.clone())
             .headers(headers)
             .message_id(copy_id);
-        let jetstream = &self.ready.jetstream;
-        // In-progress acks now and meanwhile, so the broker keeps the message with this
-        // delivery (the time since the last one is not known here).
-        let _ = message.ack_with(AckKind::Progress).await;
-        let published = with_progress(
+        self.store(
             message,
-            self.config.deliver.ack_wait,
-            tokio::time::timeout(self.config.publish_timeout.min(ACK_TIMEOUT), async {
-                jetstream
-                    .send_publish(self.config.subject.clone(), publish)
-                    .await?
-                    .await
-            }),
+            self.config.subject.clone(),
+            publish,
+            self.config.publish_timeout.min(ACK_TIMEOUT),
         )
-        .await;
-        match published {
-            Ok(Ok(_ack)) => Ok(()),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_elapsed) => Err("no acknowledgement in time".to_owned()),
-        }
+        .await
+        .map_err(|failure| failure.to_string())
     }
 }
 

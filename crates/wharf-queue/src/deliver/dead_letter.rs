@@ -6,10 +6,11 @@
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{AckKind, Message};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, warn};
 
 use super::copy::copy_id;
-use super::{backoff_for, confirm, hold_message, with_progress, Deliverer, ACK_TIMEOUT, MAX_HOLD};
+use super::{backoff_for, confirm, hold_message, Deliverer, StoreFailure, ACK_TIMEOUT, MAX_HOLD};
 use crate::headers::{call_headers, header_safe, Identity};
 use crate::headers::{DEAD_DELIVERIES_HEADER, DEAD_REASON_HEADER, MESSAGE_ID_HEADER};
 use crate::stop::Stop;
@@ -26,9 +27,11 @@ impl Deliverer {
     ///   deliveries (at most [`MAX_BACKOFF`](super::MAX_BACKOFF));
     /// - if the copy cannot be stored either (the queue's own stream refuses it too: with
     ///   wharf's stream, which keeps the dead letters, it is the same stream), the message
-    ///   is held, as for a backend that is down, and both are tried again after `backoff`
-    ///   doubling up to [`MAX_HOLD`]. If the service stops meanwhile it is nak'd as it is:
-    ///   nothing is lost, and its next delivery makes one attempt past `max_deliver`.
+    ///   is held with in-progress acks and both are tried again after `backoff` doubling up
+    ///   to [`MAX_HOLD`]. Unlike a message held for a backend that is down, it gives its
+    ///   delivery slot back: the other messages' deliveries are what make room in a full
+    ///   stream. If the service stops meanwhile it is nak'd as it is: nothing is lost, and
+    ///   its next delivery makes one attempt past `max_deliver`.
     ///
     /// Why a stored copy and not a count kept in this process: the broker's delivery count
     /// cannot tell a delivery whose dead letter failed from one that made no attempt (a
@@ -47,12 +50,15 @@ impl Deliverer {
         identity: &Identity,
         attempts: u32,
         reason: &str,
-        stop: &mut Stop,
+        (slot, stop): (OwnedSemaphorePermit, &mut Stop),
     ) {
         let id = identity.id.as_str();
         let (backoff, ack_wait) = (self.config.deliver.backoff, self.config.deliver.ack_wait);
         let mut hold = backoff;
-        let mut held = false;
+        // Given back once the message is held: a held dead letter must not stop the
+        // deliveries that could make room for it (a full stream). Held messages stay
+        // ack-pending, so the consumer's `max_ack_pending` still bounds them.
+        let mut slot = Some(slot);
         loop {
             let error = match self
                 .publish_dead_letter(message, id, attempts, reason)
@@ -104,7 +110,7 @@ impl Deliverer {
                 }
                 Err(copy_error) => copy_error,
             };
-            if held {
+            if slot.take().is_none() {
                 debug!(
                     service = self.service,
                     id, error, copy_error, "dead letter still not stored"
@@ -118,7 +124,6 @@ impl Deliverer {
                     "dead letter not stored, nor a copy that keeps it pending; holding the \
                      message to try again"
                 );
-                held = true;
             }
             if !hold_message(message, hold, ack_wait, stop).await {
                 let _ = message
@@ -150,27 +155,21 @@ impl Deliverer {
             // '/' is never in a client's id (`publish::client_id`): no client's message
             // can share this id within the stream's duplicate window.
             .message_id(format!("{id}/dead"));
-        let jetstream = &self.ready.jetstream;
-        // In-progress acks now (the last attempt may have used most of `ack_wait`) and
-        // meanwhile (`publish_timeout` may be longer than `ack_wait`): the broker must not
-        // hand the message to another delivery while this one waits.
-        let _ = message.ack_with(AckKind::Progress).await;
-        let published = with_progress(
-            message,
-            self.config.deliver.ack_wait,
-            tokio::time::timeout(self.config.publish_timeout, async {
-                jetstream
-                    .send_publish(subject.clone(), publish)
-                    .await?
-                    .await
-            }),
-        )
-        .await;
-        match published {
-            Ok(Ok(_ack)) => Ok(()),
+        let stored = self
+            .store(
+                message,
+                subject.clone(),
+                publish,
+                self.config.publish_timeout,
+            )
+            .await;
+        match stored {
+            Ok(()) => Ok(()),
             // No stream captures the subject (it was created elsewhere without it): a core
             // publish still reaches subscribers.
-            Ok(Err(error)) if error.kind() == PublishErrorKind::StreamNotFound => {
+            Err(StoreFailure::Refused(error))
+                if error.kind() == PublishErrorKind::StreamNotFound =>
+            {
                 self.ready
                     .client
                     .publish_with_headers(subject, headers, message.payload.clone())
@@ -182,8 +181,7 @@ impl Deliverer {
                     Err(_elapsed) => Err("core publish not flushed in time".to_owned()),
                 }
             }
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_elapsed) => Err("no acknowledgement in time".to_owned()),
+            Err(failure) => Err(failure.to_string()),
         }
     }
 }

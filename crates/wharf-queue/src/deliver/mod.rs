@@ -36,6 +36,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull::Batch;
 use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::context::PublishError;
+use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -182,7 +184,7 @@ impl Deliverer {
     async fn deliver(
         self: Arc<Self>,
         message: Message,
-        _slot: OwnedSemaphorePermit,
+        slot: OwnedSemaphorePermit,
         (mut stop, mut pull_ended): (Stop, watch::Receiver<()>),
         _live: Live,
     ) {
@@ -191,7 +193,7 @@ impl Deliverer {
             // Every attempt was made before this copy was stored: only its dead letter is
             // left to store.
             let attempts = identity.attempts_made;
-            self.dead_letter(&message, &identity, attempts, reason, &mut stop)
+            self.dead_letter(&message, &identity, attempts, reason, (slot, &mut stop))
                 .await;
             return;
         }
@@ -247,7 +249,7 @@ impl Deliverer {
             };
             let (retry_reason, reason) = reason;
             if delivered >= self.config.deliver.max_deliver {
-                self.dead_letter(&message, &identity, delivered, &reason, &mut stop)
+                self.dead_letter(&message, &identity, delivered, &reason, (slot, &mut stop))
                     .await;
             } else {
                 self.metrics.retried(retry_reason);
@@ -293,7 +295,8 @@ async fn with_progress<T>(
     }
 }
 
-/// Keeps a message for `pause` while the backend is down; `false` if the service stopped.
+/// Keeps a message for `pause` (the backend is down, or its dead letter cannot be stored),
+/// with in-progress acks; `false` if the service stopped.
 async fn hold_message(
     message: &Message,
     pause: Duration,
@@ -311,6 +314,55 @@ async fn hold_message(
         tokio::select! {
             () = tokio::time::sleep_until(until.min(now + slice)) => {}
             () = stop.stopped() => return false,
+        }
+    }
+}
+
+/// Why the broker did not store a message the deliverer published ([`Deliverer::store`]).
+#[derive(Debug)]
+enum StoreFailure {
+    /// The broker answered with an error.
+    Refused(PublishError),
+    /// No acknowledgement within the bound.
+    NoAnswer,
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Refused(error) => write!(f, "{error}"),
+            Self::NoAnswer => f.write_str("no acknowledgement in time"),
+        }
+    }
+}
+
+impl Deliverer {
+    /// Publishes `publish` to `subject` and waits for the broker's acknowledgement, at most
+    /// `bound`, on behalf of the delivery of `message` (a dead letter or a copy of it). The
+    /// broker is told that `message` is in progress first (the time since the last such
+    /// ack is not known here) and every `ack_wait / 2` meanwhile: `bound` may be longer
+    /// than `ack_wait`, and the broker must not hand `message` to another delivery then.
+    async fn store(
+        &self,
+        message: &Message,
+        subject: String,
+        publish: PublishMessage,
+        bound: Duration,
+    ) -> Result<(), StoreFailure> {
+        let _ = message.ack_with(AckKind::Progress).await;
+        let jetstream = &self.ready.jetstream;
+        let published = with_progress(
+            message,
+            self.config.deliver.ack_wait,
+            tokio::time::timeout(bound, async {
+                jetstream.send_publish(subject, publish).await?.await
+            }),
+        )
+        .await;
+        match published {
+            Ok(Ok(_ack)) => Ok(()),
+            Ok(Err(error)) => Err(StoreFailure::Refused(error)),
+            Err(_elapsed) => Err(StoreFailure::NoAnswer),
         }
     }
 }
