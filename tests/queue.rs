@@ -1241,7 +1241,7 @@ async fn a_tls_url_refuses_a_broker_without_tls() {
 /// each try to connect ends after 3 s with a warning naming it and another follows, and
 /// every publish gets 503 in `publish_timeout` meanwhile.
 #[tokio::test]
-async fn a_silent_broker_bounds_the_first_try_and_publishes_get_503() {
+async fn a_silent_broker_bounds_each_connect_try_and_publishes_get_503() {
     let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = silent.local_addr().unwrap().port();
     let accepted = Arc::new(AtomicUsize::new(0));

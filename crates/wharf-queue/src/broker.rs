@@ -13,9 +13,14 @@ use wharf_config::{NatsCredentials, QueueConfig};
 
 use crate::stop::Stop;
 
-/// Bound of one try to connect to the broker: TCP connect, the broker's first words, TLS.
+/// Bound of the first try to connect to the broker (name lookup, TCP connect, the broker's
+/// first words, TLS); doubled after each try that runs out, up to [`MAX_CONNECT_TRY_BOUND`],
+/// so a slow resolver or a distant broker still gets through.
 const CONNECT_TRY_BOUND: Duration = Duration::from_secs(3);
-/// Longest pause between two attempts to set the stream and consumer up.
+/// Longest bound of one try to connect.
+const MAX_CONNECT_TRY_BOUND: Duration = Duration::from_secs(30);
+/// Longest pause between two tries to connect, and between two attempts to set the stream
+/// and consumer up.
 const MAX_SETUP_PAUSE: Duration = Duration::from_secs(5);
 
 /// A connected client and what was set up with it.
@@ -32,32 +37,31 @@ pub(crate) fn consumer_name(service: &str) -> String {
 
 /// Connects and builds the JetStream context. A broker that cannot be reached is not an
 /// error: each failed try is a warning with its cause (TLS that does not verify, credentials
-/// refused, nothing listening, no answer within [`CONNECT_TRY_BOUND`]), and the next comes
-/// after a pause doubling from 100 ms to [`MAX_SETUP_PAUSE`], until one connects or the
-/// service stops (the caller's). Only a URL the client cannot parse is an error.
-pub(crate) async fn connect(
-    service: &str,
-    config: &QueueConfig,
-) -> Result<Ready, async_nats::ConnectError> {
+/// refused, nothing listening, no answer within the try's bound), and the next comes after a
+/// pause doubling from 100 ms to [`MAX_SETUP_PAUSE`], until one connects; the caller stops
+/// it with the service.
+pub(crate) async fn connect(service: &str, config: &QueueConfig) -> Ready {
     // The tries are wharf's, not async-nats's own initial retries: those report a failure at
     // `info` by its error kind only (an unverified certificate is an "IO error"; the cause
     // is at `debug`), and are not bounded past the TCP connect, so a broker that accepts and
     // never speaks (a black hole behind a proxy) would hold them for ever. Once connected,
-    // reconnecting is the client's.
+    // reconnecting is the client's (with that same limit: docs/configuration.md).
     let mut pause = Duration::from_millis(100);
+    let mut bound = CONNECT_TRY_BOUND;
     let client = loop {
         let tried = tokio::time::timeout(
-            CONNECT_TRY_BOUND,
+            bound,
             connect_options(service, config).connect(config.nats_url.as_str()),
         )
         .await;
         let error = match tried {
             Ok(Ok(client)) => break client,
-            Ok(Err(error)) if error.kind() == async_nats::ConnectErrorKind::ServerParse => {
-                return Err(error)
-            }
             Ok(Err(error)) => error.to_string(),
-            Err(_elapsed) => format!("no answer within {CONNECT_TRY_BOUND:?}"),
+            Err(_elapsed) => {
+                let error = format!("no answer within {bound:?}");
+                bound = (bound * 2).min(MAX_CONNECT_TRY_BOUND);
+                error
+            }
         };
         warn!(
             service,
@@ -75,7 +79,7 @@ pub(crate) async fn connect(
         // by `publish_timeout`.
         .backpressure_on_inflight(true)
         .build(client.clone());
-    Ok(Ready { client, jetstream })
+    Ready { client, jetstream }
 }
 
 /// The client's options for `service`: its name, events logged, timeouts, TLS and
@@ -84,8 +88,9 @@ fn connect_options(service: &str, config: &QueueConfig) -> async_nats::ConnectOp
     let (service_name, url) = (service.to_owned(), config.nats_url.clone());
     let options = async_nats::ConnectOptions::new()
         .name(format!("wharf {service}"))
-        // The client's own events name neither the service nor the broker; a failed
-        // (re)connect repeats every few seconds, and the set-up warning covers it.
+        // The client's own events name neither the service nor the broker. After a
+        // disconnect (a warning here) its failed reconnects are `debug` events, every few
+        // seconds.
         .event_callback(move |event| {
             let (service, url) = (service_name.clone(), url.clone());
             async move {

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use http::{header, HeaderValue, Request, Response};
 use tokio::sync::watch;
-use tracing::{debug, error, Instrument};
+use tracing::{debug, Instrument};
 use wharf_config::QueueConfig;
 use wharf_host::error::json_error;
 use wharf_host::{handler, HostService, RequestBody, ResponseBody};
@@ -142,14 +142,7 @@ async fn start(
     mut stop: Stop,
 ) {
     let ready = tokio::select! {
-        connected = broker::connect(&name, &config) => match connected {
-            Ok(ready) => ready,
-            Err(error) => {
-                // Only a URL the client cannot parse gets here (the config validated it).
-                error!(error = %error, url = config.nats_url, "queue cannot connect; publishes get 503");
-                return;
-            }
-        },
+        ready = broker::connect(&name, &config) => ready,
         () = stop.stopped() => return,
     };
     let Some(consumer) = broker::set_up(&ready, &name, &config, &mut stop).await else {

@@ -1,5 +1,6 @@
 //! The deliverer: pulls messages from the durable consumer, at most `concurrency` at a
-//! time, POSTs each to the backend, and records the outcome with the broker.
+//! time (a message held for its dead letter gives its place back), POSTs each to the
+//! backend, and records the outcome with the broker.
 //!
 //! - 2xx: acknowledged (and the acknowledgement confirmed), counted as delivered.
 //! - another status, no answer within `ack_wait`, or a request that failed after
@@ -321,7 +322,8 @@ async fn hold_message(
 /// Why the broker did not store a message the deliverer published ([`Deliverer::store`]).
 #[derive(Debug)]
 enum StoreFailure {
-    /// The broker answered with an error.
+    /// The publish failed: the broker's error, or the client's (its own timeout, a
+    /// connection lost).
     Refused(PublishError),
     /// No acknowledgement within the bound.
     NoAnswer,
