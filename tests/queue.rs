@@ -135,6 +135,15 @@ type Seen = Arc<Mutex<HashMap<String, Vec<Bytes>>>>;
 /// What the test backend saw: the `x-wharf-delivery` of each request, in order.
 type Attempts = Arc<Mutex<Vec<String>>>;
 
+/// A backend of its own on 127.0.0.1 (see `spawn_backend`): its address and what it saw.
+async fn poison_backend(poison: &'static str) -> (SocketAddr, Seen) {
+    let seen = Seen::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    spawn_backend(listener, seen.clone(), poison);
+    (addr, seen)
+}
+
 /// A backend on `listener` recording deliveries; answers 500 to bodies equal to `poison`.
 fn spawn_backend(listener: TcpListener, seen: Seen, poison: &'static str) {
     spawn_backend_counting(listener, seen, poison, Attempts::default());
@@ -333,10 +342,7 @@ async fn a_poison_message_is_dead_lettered_after_max_deliver_attempts() {
     let mut dead_letters = client.subscribe(dead_subject.clone()).await.unwrap();
     client.flush().await.unwrap();
 
-    let seen: Seen = Arc::default();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend_addr = listener.local_addr().unwrap();
-    spawn_backend(listener, seen.clone(), "poison");
+    let (backend_addr, seen) = poison_backend("poison").await;
     let wharf = start_wharf(&queue_toml(
         &stream,
         &subject,
@@ -438,10 +444,7 @@ async fn a_dead_letter_the_broker_refuses_is_tried_again_and_the_backend_never_p
         .await
         .unwrap();
 
-    let seen: Seen = Arc::default();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend_addr = listener.local_addr().unwrap();
-    spawn_backend(listener, seen.clone(), "poison");
+    let (backend_addr, seen) = poison_backend("poison").await;
     let wharf = start_wharf(&queue_toml(
         &stream,
         &subject,
@@ -554,10 +557,7 @@ async fn a_dead_letter_refused_with_its_copy_holds_the_message_and_spares_the_ba
     };
     jetstream.create_stream(full.clone()).await.unwrap();
 
-    let seen: Seen = Arc::default();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend_addr = listener.local_addr().unwrap();
-    spawn_backend(listener, seen.clone(), "poison");
+    let (backend_addr, seen) = poison_backend("poison").await;
     let wharf = start_wharf(&queue_toml(
         &stream,
         &subject,
@@ -629,10 +629,7 @@ async fn a_dead_letter_slower_than_ack_wait_does_not_let_the_message_be_redelive
     let _silent = client.subscribe(dead_subject).await.unwrap();
     client.flush().await.unwrap();
 
-    let seen: Seen = Arc::default();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend_addr = listener.local_addr().unwrap();
-    spawn_backend(listener, seen.clone(), "poison");
+    let (backend_addr, seen) = poison_backend("poison").await;
     let toml = queue_toml(
         &stream,
         &subject,
