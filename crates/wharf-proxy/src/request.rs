@@ -100,18 +100,18 @@ fn pairs(query: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Whole seconds, up to 10 digits. An empty value (`cacheDuration=`) is refused rather than
-/// read as 0 (it parses as no number): it is more often a template's unset variable than a
+/// read as 0: it is more often a template's unset variable than a
 /// wish not to cache, and "no caching" has two spellings already (0, or no parameter).
 fn parse_duration(text: &str) -> Result<u64, ProxyError> {
-    match text {
-        _ if text.bytes().all(|b| b.is_ascii_digit()) && text.len() <= 10 => text
-            .parse()
-            .map_err(|_| ProxyError::CacheDuration(text.to_owned())),
-        _ if text.bytes().all(|b| b.is_ascii_digit()) => {
-            Err(ProxyError::CacheDurationTooLarge(text.to_owned()))
-        }
-        _ => Err(ProxyError::CacheDuration(text.to_owned())),
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ProxyError::CacheDuration(text.to_owned()));
     }
+    if text.len() > 10 {
+        return Err(ProxyError::CacheDurationTooLarge(text.to_owned()));
+    }
+    // Ten digits or fewer always fit a u64.
+    text.parse()
+        .map_err(|_| ProxyError::CacheDuration(text.to_owned()))
 }
 
 /// Decodes a query value: `+` is a space, `%XX` a byte; the result must be UTF-8.

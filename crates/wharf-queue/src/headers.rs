@@ -91,10 +91,8 @@ pub(crate) struct Identity {
     pub(crate) sequence: u64,
     /// The attempts made before this stored copy ([`ATTEMPTS_HEADER`]; 0 for an original).
     pub(crate) attempts_made: u32,
-    /// The attempt this delivery makes: `attempts_made` + the broker's delivery count.
-    pub(crate) attempt: u32,
-    /// Whether the broker delivered this copy before.
-    pub(crate) redelivered: bool,
+    /// The broker's count of deliveries of this stored copy, this one included (at least 1).
+    pub(crate) deliveries: u32,
     /// The reason of the dead letter still to be stored ([`DEAD_PENDING_HEADER`]): set on
     /// a copy whose attempts are all used up.
     pub(crate) dead_pending: Option<String>,
@@ -119,9 +117,20 @@ pub(crate) fn identify(message: &Message) -> Identity {
         id,
         sequence,
         attempts_made,
-        attempt: attempts_made.saturating_add(delivered),
-        redelivered: delivered > 1,
+        deliveries: delivered,
         dead_pending: stored_header(message, DEAD_PENDING_HEADER),
+    }
+}
+
+impl Identity {
+    /// The attempt this delivery makes: `attempts_made` + the broker's delivery count.
+    pub(crate) fn attempt(&self) -> u32 {
+        self.attempts_made.saturating_add(self.deliveries)
+    }
+
+    /// Whether the broker delivered this copy before.
+    pub(crate) fn redelivered(&self) -> bool {
+        self.deliveries > 1
     }
 }
 

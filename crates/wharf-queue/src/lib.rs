@@ -8,7 +8,8 @@
 //!   each message to `deliver.backend` with `x-wharf-message-id` and acknowledges it only
 //!   after a 2xx; failed attempts are retried with growing delays and, after
 //!   `max_deliver`, published to the dead-letter subject and terminated (a dead letter the
-//!   broker does not store is tried again, the backend never called past `max_deliver`).
+//!   broker does not store is tried again, not the backend, save the cases
+//!   `deliver::Deliverer::dead_letter` lists).
 //! - `broker`: connecting and setting the stream and consumer up, with
 //!   the JetStream API of nats-server 2.9.
 //!

@@ -3,8 +3,9 @@
 //! Layout (big-endian): magic `WHC2`; status `u16`; body length `u64`; chunk count `u32`;
 //! TTL `u64` (ms); chunk-key version (`u8` length + bytes); header count `u16`, then each
 //! header as name (`u16` length + bytes) and value (`u32` length + bytes). A value that does
-//! not decode exactly is treated as a miss, never trusted: `WHC1` values, which carried the
-//! writer's wall-clock store time, are misses (and are overwritten by the next fill).
+//! not decode exactly is treated as a miss, never trusted. The older layout (`WHC1`, with
+//! the writer's wall-clock store time) lives under other keys (`wharf:`, not `wharf2:`), so
+//! it is not met here and expires by its TTL; the new magic is a second guard.
 //!
 //! No time of day is stored: an entry's age is its TTL minus what Redis has left of it
 //! ([`Meta::age`]), so instances whose clocks disagree still agree on an entry's age.

@@ -251,8 +251,14 @@ impl SharedTier {
                 })
                 .await;
             match polled {
-                // The entry the holder's fetch replaces, read before: still there.
-                Ok((Some(meta), _, true)) if replaced.as_ref() == Some(&meta) => {}
+                // The entry the holder's fetch replaces, read before and unusable here:
+                // still there. Not read again, lease held or not (the same meta value is
+                // the same version, and its chunks do not come back).
+                Ok((Some(meta), _, leased)) if replaced.as_ref() == Some(&meta) => {
+                    if !leased {
+                        return WaitOutcome::LeaseFree;
+                    }
+                }
                 Ok((Some(meta), pttl, leased)) => {
                     match self.read_entry(&keys, &meta, pttl, limits).await {
                         Ok(Read::Entry(entry)) => return WaitOutcome::Found(entry),

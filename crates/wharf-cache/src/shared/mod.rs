@@ -206,7 +206,10 @@ impl SharedTier {
         &self.config
     }
 
-    /// Looks `key` up; `None` on a miss, an entry outside `limits`, or any failure.
+    /// Looks `key` up; `None` on a miss, an entry outside `limits`, or any failure. A plain
+    /// read without the fill lease, for tests that check what is stored: the proxy reads
+    /// through [`SharedTier::lookup_or_lease`] and [`SharedTier::wait`].
+    #[cfg(test)]
     pub async fn get(&self, key: &str, limits: EntryLimits) -> Option<CachedResponse> {
         let keys = Keys::new(key);
         let mut connection = self.connection.clone();
@@ -248,16 +251,20 @@ impl SharedTier {
     }
 
     async fn try_put(&self, key: &str, entry: &CachedResponse) -> Result<bool, OpError> {
-        let now = Instant::now();
-        let remaining = entry.expires_at.saturating_duration_since(now);
-        let ttl_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
-        if ttl_ms == 0 {
+        // The entry's TTL left, in ms, as of the call: read before the chunks and again
+        // before the meta value, since the chunks' round trips take time.
+        let left_ms = || {
+            let left = entry.expires_at.saturating_duration_since(Instant::now());
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+        };
+        let chunks_left_ms = left_ms();
+        if chunks_left_ms == 0 {
             return Ok(false);
         }
         let total_ttl = entry.expires_at.saturating_duration_since(entry.stored_at);
         let keys = Keys::new(key);
         let version = self.unique_id();
-        let chunk_ttl_ms = ttl_ms.saturating_add(CHUNK_GRACE.as_millis() as u64);
+        let chunk_ttl_ms = chunks_left_ms.saturating_add(CHUNK_GRACE.as_millis() as u64);
         let body = entry.body.chunks().map_err(|error| {
             warn!(error = %error, "reading a cached body for the shared tier failed");
             OpError::Failed
@@ -291,9 +298,8 @@ impl SharedTier {
         .encode();
         // What is left now, after the chunks' round trips: readers take the entry's age
         // from the meta value's expiry, so it must be the memory entry's to the ms.
-        let left = entry.expires_at.saturating_duration_since(Instant::now());
-        let ttl_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-        if ttl_ms == 0 {
+        let meta_left_ms = left_ms();
+        if meta_left_ms == 0 {
             return Ok(false);
         }
         let mut connection = self.connection.clone();
@@ -302,7 +308,7 @@ impl SharedTier {
                 .arg(&keys.meta)
                 .arg(meta)
                 .arg("PX")
-                .arg(ttl_ms)
+                .arg(meta_left_ms)
                 .query_async::<()>(&mut connection)
                 .await
         })
@@ -478,6 +484,7 @@ impl SharedTier {
             .store(self.now_ms().saturating_add(rest), Ordering::Relaxed);
     }
 
+    #[cfg(test)]
     fn count_lookup<T>(&self, found: &Result<Option<T>, OpError>) {
         self.metrics.lookup(match found {
             Ok(Some(_)) => SharedLookup::Hit,
@@ -519,6 +526,7 @@ enum Read {
     TooBig,
 }
 
+#[cfg(test)]
 impl Read {
     /// The entry, if there is one to serve.
     fn usable(self) -> Option<CachedResponse> {

@@ -40,7 +40,7 @@ impl Deliverer {
         // no attempts.
         let (made, dead_pending) = match &identity.dead_pending {
             Some(reason) => (identity.attempts_made, Some(reason.as_str())),
-            None => (identity.attempt.saturating_sub(1), None),
+            None => (identity.attempt().saturating_sub(1), None),
         };
         let copy_id = copy_id(id, "copy", identity.sequence);
         match self

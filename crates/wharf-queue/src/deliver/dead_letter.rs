@@ -81,8 +81,7 @@ impl Deliverer {
             };
             self.metrics.dead_letter_failed();
             if identity.dead_pending.is_some() {
-                let deliveries = identity.attempt.saturating_sub(identity.attempts_made);
-                let delay = backoff_for(backoff, deliveries);
+                let delay = backoff_for(backoff, identity.deliveries);
                 warn!(
                     service = self.service,
                     id,

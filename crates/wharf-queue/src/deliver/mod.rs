@@ -200,8 +200,8 @@ impl Deliverer {
         }
         // `delivered`: the attempt this delivery makes (`x-wharf-delivery`), counted against
         // `max_deliver`.
-        let (id, delivered) = (identity.id.as_str(), identity.attempt);
-        if identity.redelivered {
+        let (id, delivered) = (identity.id.as_str(), identity.attempt());
+        if identity.redelivered() {
             self.metrics.redelivered();
         }
         let headers = backend_headers(&message, id, delivered);
